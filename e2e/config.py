@@ -1,0 +1,249 @@
+"""TOML config -> validated, frozen objects; command-line overrides; one-line errors.
+
+A config names a model, how to serve it, the workload (depths, token counts, rounds) and the arms.
+An arm is a named set of environment variables, extra `vllm serve` arguments, plugin patches, and
+optionally another Python interpreter (another vLLM installation).
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from e2e.errors import UserError
+
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Built-in patch names; user patches are "module:function" (checked for form only, here).
+BUILTIN_PATCHES = ("widened-gfx11-gate",)
+PATCH_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelCfg(_Frozen):
+    path: str = Field(min_length=1, description="local folder or hub name")
+    tokenizer: str | None = None
+    max_model_len: int | None = Field(default=None, gt=0)
+    # Context length of the model itself, when the config cannot be read (hub names);
+    # used to reject depth + long_tokens beyond it before anything starts.
+    context_len: int | None = Field(default=None, gt=0)
+    twin_of: str | None = None  # set for random-weight twins: reports must never call it the real model
+
+
+class ServerCfg(_Frozen):
+    python: str | None = None  # default: the interpreter running the harness
+    launcher: Literal["api_server", "cli"] = "api_server"
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    cuda_graphs: bool = True
+    compilation_config: str | None = None  # passed as -cc JSON when set
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    stop_timeout_s: float = Field(default=30.0, gt=0)
+    # "fresh": one server per cell (default; server instances differ).
+    # "per-arm-pass": one server for all depths of an arm within a pass (fewer starts).
+    mode: Literal["fresh", "per-arm-pass"] = "fresh"
+
+
+class WorkloadCfg(_Frozen):
+    depths: tuple[int, ...] = Field(min_length=1)
+    long_tokens: int = Field(default=64, gt=1)
+    short_tokens: int = Field(default=8, gt=0)
+    rounds: int = Field(default=10, ge=1)
+    warmup_rounds: int = Field(default=1, ge=0)
+    seed: int = 0
+    # Adaptive precision (stats issue): keep measuring until CI half-width < target_ci_pct.
+    target_ci_pct: float | None = Field(default=None, gt=0)
+    max_rounds: int = Field(default=50, ge=1)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_positive_unique(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for d in v:
+            if d <= 0:
+                raise ValueError(f"depth {d} must be a positive number of tokens")
+        if len(set(v)) != len(v):
+            raise ValueError("depths repeat")
+        return tuple(sorted(v))
+
+    @model_validator(mode="after")
+    def _long_exceeds_short(self) -> "WorkloadCfg":
+        if self.long_tokens <= self.short_tokens:
+            raise ValueError(
+                f"long_tokens ({self.long_tokens}) must exceed short_tokens ({self.short_tokens})"
+            )
+        return self
+
+
+class RunCfg(_Frozen):
+    order: str = "stock-first"
+    passes: int | None = Field(default=None, ge=1)  # None: 1, or 2 for order "both"
+    out: str = "results"
+    fail_fast: bool = False
+    retries: int = Field(default=1, ge=0)  # fresh-server retries of a cell whose server failed
+
+
+class ArmCfg(_Frozen):
+    name: str
+    env: dict[str, str] = {}
+    args: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    python: str | None = None  # another interpreter = another vLLM installation
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, v: str) -> str:
+        if not ARM_NAME.match(v):
+            raise ValueError(f"arm name {v!r} must be letters, digits, '_', '.', '-'")
+        return v
+
+    @field_validator("patches")
+    @classmethod
+    def _patch_form(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            if p not in BUILTIN_PATCHES and not PATCH_FORM.match(p):
+                raise ValueError(
+                    f"unknown patch {p!r}: use a built-in ({', '.join(BUILTIN_PATCHES)}) "
+                    "or module:function"
+                )
+        return v
+
+
+class Gsm8kCfg(_Frozen):
+    enabled: bool = True
+    tasks: tuple[str, ...] = ("gsm8k_cot_offline",)
+    limit: int | None = Field(default=None, gt=0)
+    num_concurrent: int = Field(default=8, ge=1)
+    chat: bool = False
+    max_gen_toks: int = Field(default=256, gt=0)
+    max_accuracy_drop: float = Field(default=0.01, ge=0)  # verdict bound, absolute fraction
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+
+
+class StatsCfg(_Frozen):
+    min_effect_pct: float = Field(default=2.0, ge=0)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
+
+
+class Config(_Frozen):
+    name: str = "run"
+    description: str = ""
+    model: ModelCfg
+    server: ServerCfg = ServerCfg()
+    workload: WorkloadCfg
+    run: RunCfg = RunCfg()
+    arms: tuple[ArmCfg, ...] = Field(min_length=1)
+    gsm8k: Gsm8kCfg = Gsm8kCfg()
+    stats: StatsCfg = StatsCfg()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        names = [a.name for a in self.arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"arms: name {dup[0]!r} is used twice")
+        order_arms(self.run.order, names)  # raises on an order naming no arm
+        limit = self.model.max_model_len or self.model.context_len
+        if limit is not None:
+            for d in self.workload.depths:
+                if d + self.workload.long_tokens > limit:
+                    raise ValueError(
+                        f"workload.depths: {d} + long_tokens {self.workload.long_tokens} exceeds "
+                        f"the model context {limit}"
+                    )
+        return self
+
+    def arm(self, name: str) -> ArmCfg:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise UserError(f"--arms: no arm named {name!r} (have: {', '.join(a.name for a in self.arms)})")
+
+    def default_passes(self) -> int:
+        if self.run.passes is not None:
+            return self.run.passes
+        return 2 if self.run.order == "both" else 1
+
+
+def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
+    """Arm order of the FIRST pass for an order name.
+
+    `stock-first` / `widened-first` are the reference names and refer to the config's first and
+    second arm whatever they are called; `<arm>-first` puts that arm first; `both` starts with the
+    config order (later passes alternate). The remaining arms keep config order after the first.
+    """
+    names = list(arm_names)
+    if order == "both":
+        return names
+    if not order.endswith("-first"):
+        raise ValueError(f"run.order {order!r}: use both, stock-first, widened-first or <arm>-first")
+    head = order[: -len("-first")]
+    if head in names:
+        first = head
+    elif head == "stock":
+        first = names[0]
+    elif head == "widened":
+        if len(names) < 2:
+            raise ValueError("run.order widened-first needs a second arm")
+        first = names[1]
+    else:
+        raise ValueError(f"run.order {order!r} names no arm (have: {', '.join(names)})")
+    return [first] + [n for n in names if n != first]
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "required field missing"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {_first_error(exc)}") from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a TOML file and apply overrides given as dotted keys ({"run.order": "both"})."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{p}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read: {exc}") from None
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    return parse_config(data, str(p))
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"cannot override {key}: {part} is not a table")
+        node = child
+    node[leaf] = value
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")

@@ -1,0 +1,174 @@
+"""A cell's requests: warm-up, timed rounds, exact-length prompts, validation.
+
+Each round sends one long (e.g. 64-token) and one short (8-token) generation over a fresh random
+token-id prompt of exactly `depth` tokens, alternating which goes first. Only the HTTP call is
+timed; the `/metrics` scrapes that give the server's own times happen outside the timed region.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import numpy as np
+
+from e2e import metrics
+from e2e.config import WorkloadCfg
+from e2e.errors import UserError
+from e2e.server import SERVED_NAME
+
+
+class ServerGone(Exception):
+    """The server stopped answering mid-cell: the attempt is void and the cell is retried."""
+
+
+class TokenSampler:
+    """Random prompts of exact length from ids the tokenizer knows, never its special tokens."""
+
+    def __init__(self, vocab_size: int, excluded: set[int], seed: int):
+        ids = np.setdiff1d(np.arange(vocab_size), np.fromiter(excluded, dtype=np.int64, count=len(excluded)))
+        if ids.size < 100:
+            raise UserError(f"tokenizer leaves only {ids.size} usable token ids")
+        self.ids = ids
+        self.rng = np.random.default_rng(seed)
+
+    def prompt(self, depth: int) -> list[int]:
+        return self.rng.choice(self.ids, size=depth).tolist()
+
+    @classmethod
+    def for_model(cls, model_path: str, seed: int, vocab_size: int | None = None) -> "TokenSampler":
+        folder = Path(model_path)
+        excluded: set[int] = set()
+        sizes = [vocab_size] if vocab_size else []
+        cfg_file = folder / "config.json"
+        if cfg_file.is_file():
+            cfg = json.loads(cfg_file.read_text())
+            v = cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size")
+            if v:
+                sizes.append(int(v))
+        tok_file = folder / "tokenizer.json"
+        if tok_file.is_file():
+            tok = json.loads(tok_file.read_text())
+            excluded = {int(t["id"]) for t in tok.get("added_tokens", [])}
+            vocab = tok.get("model", {}).get("vocab")
+            if vocab:
+                sizes.append(len(vocab))
+        if not sizes:
+            raise UserError(f"model.path {model_path!r} has no config.json: set model.vocab_size")
+        # Low ids hold control/byte tokens in most vocabularies: start past them when there is room.
+        n = min(sizes)
+        excluded |= set(range(min(256, n // 100)))
+        return cls(n, excluded, seed)
+
+
+@dataclass
+class CellResult:
+    rows: list[dict[str, Any]]
+    warmup_s: float
+    measure_s: float
+    warmup_valid: bool
+    stopped_by: str  # "rounds" | "target_ci" | "max_rounds"
+
+
+def check_row(row: dict[str, Any], depth: int, n: int) -> str | None:
+    """Why a row is not usable, or None. The server's own usage is the only count that matters."""
+    if row.get("error"):
+        return row["error"]
+    if row.get("prompt_tokens") != depth:
+        return f"prompt_tokens {row.get('prompt_tokens')} != depth {depth}"
+    if row.get("completion_tokens") != n:
+        return f"completion_tokens {row.get('completion_tokens')} != {n}"
+    if row.get("finish_reason") != "length":
+        return f"finish_reason {row.get('finish_reason')!r} != 'length'"
+    return None
+
+
+class CellClient:
+    """HTTP to one server: completions with exact lengths, plus metric snapshots around them."""
+
+    def __init__(self, base_url: str, api_key: str, request_timeout_s: float):
+        self.http = httpx.Client(base_url=base_url, timeout=request_timeout_s,
+                                 headers={"Authorization": f"Bearer {api_key}"})
+        self._snap: metrics.Snapshot | None = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def complete(self, prompt: list[int], n: int) -> dict[str, Any]:
+        body = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": n, "min_tokens": n,
+                "ignore_eos": True, "temperature": 0.0}
+        try:
+            before = self._snap or metrics.scrape(self.http)
+        except httpx.HTTPError as exc:
+            raise ServerGone(f"/metrics: {exc!r}") from None
+        row: dict[str, Any] = {"t_start_unix": time.time()}
+        t0 = time.perf_counter()
+        try:
+            r = self.http.post("/v1/completions", json=body)
+            t1 = time.perf_counter()
+        except httpx.TimeoutException:
+            self._snap = None
+            return {**row, "t_client_s": None, "error": "request timed out"}
+        except httpx.TransportError as exc:
+            raise ServerGone(f"request failed: {exc!r}") from None
+        row["t_client_s"] = t1 - t0
+        if r.status_code != 200:
+            self._snap = None
+            return {**row, "error": f"HTTP {r.status_code}: {r.text[:200]}"}
+        data = r.json()
+        usage = data.get("usage") or {}
+        choice = (data.get("choices") or [{}])[0]
+        row.update(prompt_tokens=usage.get("prompt_tokens"),
+                   completion_tokens=usage.get("completion_tokens"),
+                   finish_reason=choice.get("finish_reason"))
+        try:
+            after = metrics.scrape_after(self.http, before)
+        except httpx.HTTPError as exc:
+            raise ServerGone(f"/metrics: {exc!r}") from None
+        row.update(metrics.deltas(before, after))
+        self._snap = after
+        return row
+
+
+def measure_cell(client: CellClient, depth: int, wl: WorkloadCfg, sampler: TokenSampler,
+                 emit: Callable[[dict[str, Any]], None], phase: Callable[[str], None],
+                 stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None) -> CellResult:
+    """Warm the depth, then time rounds. `emit` receives each timed row as soon as it exists."""
+    phase("warming")
+    t0 = time.monotonic()
+    warm_ok = True
+    for _ in range(wl.warmup_rounds):
+        for n in (wl.long_tokens, wl.short_tokens):
+            w = client.complete(sampler.prompt(depth), n)
+            warm_ok &= check_row(w, depth, n) is None
+    warmup_s = time.monotonic() - t0
+
+    phase("measuring")
+    t1 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    stopped_by = "rounds"
+    rnd = 0
+    while True:
+        pair = (wl.long_tokens, wl.short_tokens) if rnd % 2 == 0 else (wl.short_tokens, wl.long_tokens)
+        for pos, n in enumerate(pair):
+            row = client.complete(sampler.prompt(depth), n)
+            reason = check_row(row, depth, n)
+            row = {"n_tokens": n, "round": rnd, "position": pos, **row,
+                   "valid": reason is None, "invalid_reason": reason}
+            rows.append(row)
+            emit(row)
+        rnd += 1
+        if rnd < wl.rounds:
+            continue
+        if stop_rule is None:
+            break
+        if stop_rule(rows):
+            stopped_by = "target_ci"
+            break
+        if rnd >= wl.max_rounds:
+            stopped_by = "max_rounds"
+            break
+    return CellResult(rows, warmup_s, time.monotonic() - t1, warm_ok, stopped_by)

@@ -1,0 +1,69 @@
+"""Progress on the terminal (rich): cell n of N, the phase, an ETA; a table of cells at the end."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.table import Table
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+class Progress:
+    def __init__(self, console: Console | None = None, enabled: bool = True):
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self._bar: RichProgress | None = None
+        self._task = None
+        self._total = 0
+
+    def start(self, total: int, done: int) -> None:
+        self._total = total
+        if not self.enabled:
+            return
+        self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=self.console, transient=False)
+        self._bar.start()
+        self._task = self._bar.add_task("starting", total=total, completed=done)
+
+    def phase(self, cell: Any, phase: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"cell {cell.index + 1}/{self._total} "
+                                                     f"{cell.cell_id}: {phase}")
+
+    def note(self, text: str) -> None:
+        self.console.print(text)
+
+    def cell_done(self, cell: Any, row: dict[str, Any]) -> None:
+        msg = (f"{row['cell_id']}: {row['status']}  start {_f(row.get('startup_s'), '{:.1f}')} s  "
+               f"warm {_f(row.get('warmup_s'), '{:.1f}')} s  measure {_f(row.get('measure_s'), '{:.1f}')} s  "
+               f"decode {_f(row.get('decode_ms_per_token'))} ms/tok  "
+               f"overhead {_f(row.get('client_overhead_ms_median'), '{:.3f}')} ms/req")
+        if row["status"] != "ok":
+            msg += f"  error: {row.get('error')}"
+        self.console.print(msg)
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def cells_table(rows: list[dict[str, Any]], title: str = "cells") -> Table:
+    t = Table(title=title)
+    for col in ("cell", "arm", "depth", "status", "start s", "warm s", "measure s",
+                "decode ms/tok", "server ms/tok", "overhead ms/req"):
+        t.add_column(col, justify="right" if col not in ("cell", "arm", "status") else "left")
+    for r in rows:
+        t.add_row(r["cell_id"], r["arm"], str(r["depth"]), r["status"],
+                  _f(r.get("startup_s"), "{:.1f}"), _f(r.get("warmup_s"), "{:.1f}"),
+                  _f(r.get("measure_s"), "{:.1f}"), _f(r.get("decode_ms_per_token")),
+                  _f(r.get("server_decode_ms_per_token")), _f(r.get("client_overhead_ms_median"), "{:.3f}"))
+    return t

@@ -1,0 +1,198 @@
+"""The run loop: plan -> (server, measurement) per cell -> rows on disk.
+
+Every finished cell, ok or failed, gets exactly one row in cells.jsonl naming its final attempt;
+request rows are appended as measured. An interrupted run can be resumed: cells with a row are never
+repeated, the rest run from scratch on a fresh server.
+"""
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from e2e import arms, manifest as mf
+from e2e.config import ArmCfg, Config, config_to_dict
+from e2e.errors import UserError
+from e2e.estimate import cell_estimate
+from e2e.measure import CellClient, ServerGone, TokenSampler, measure_cell
+from e2e.plan import Cell
+from e2e.progress import Progress
+from e2e.server import ServerFailure, ServerSpec, VllmServer, port_in_use
+from e2e.store import CELLS, REQUESTS, RunStore
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None) -> ServerSpec:
+    s = cfg.server
+    env = {**s.env, **arm.env}
+    if record_dir is not None:
+        env.update(arms.plugin_env(arm, record_dir, cfg))
+    return ServerSpec(
+        python=arm.python or s.python or sys.executable,
+        model=cfg.model.path, tokenizer=cfg.model.tokenizer,
+        tensor_parallel_size=s.tensor_parallel_size, max_model_len=cfg.model.max_model_len,
+        cuda_graphs=s.cuda_graphs, compilation_config=s.compilation_config,
+        gpu_memory_utilization=s.gpu_memory_utilization, launcher=s.launcher,
+        extra_args=tuple(s.extra_args) + tuple(arm.args), env=env)
+
+
+def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any]:
+    pythons = {a.name: (a.python or cfg.server.python or sys.executable) for a in cfg.arms}
+    installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
+    arm_info = {}
+    for a in cfg.arms:
+        spec = server_spec(cfg, a, Path("<cell-dir>"))
+        arm_info[a.name] = {
+            "server_argv": mf.redact_args(spec.argv(0, "<api-key>")),
+            "env": mf.redact_env({k: v for k, v in spec.env.items()}),
+            "patches": list(a.patches),
+            "installation": installs[pythons[a.name]],
+        }
+    return {
+        "schema_version": 1, "run_id": run_id, "tool": "vllm-e2e-bench",
+        "started": now(), "ended": None, "status": "running",
+        "config": config_to_dict(cfg), "n_cells": len(cells),
+        "server_mode": cfg.server.mode,
+        "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of},
+        "arms": arm_info, "host": mf.host(), "gpu": mf.gpu_driver(),
+        "git": mf.git_commit(mf.project_root()), "environment": mf.relevant_env(),
+        "resumes": [],
+    }
+
+
+class _Terminate(BaseException):
+    """SIGTERM, turned into an exception so the same cleanup as Ctrl-C runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminate()
+
+
+class Runner:
+    def __init__(self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress,
+                 stop_rule_factory: Callable[[Config], Any] | None = None):
+        self.cfg = cfg
+        self.store = store
+        self.cells = cells
+        self.progress = progress
+        self.stop_rule = stop_rule_factory(cfg) if stop_rule_factory else None
+        self.sampler = TokenSampler.for_model(cfg.model.path, cfg.workload.seed)
+        self.results: list[dict[str, Any]] = []
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        done = self.store.finished_cell_ids()
+        todo = [c for c in self.cells if c.cell_id not in done]
+        self.progress.start(total=len(self.cells), done=len(self.cells) - len(todo))
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            for group in _groups(todo):
+                self._run_group(group)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+            self.progress.stop()
+        return self.results
+
+    def _run_group(self, group: list[Cell]) -> None:
+        """Cells that share one server (one cell in fresh mode), retried on a fresh server."""
+        arm = self.cfg.arm(group[0].arm)
+        remaining = list(group)
+        failures: list[str] = []
+        for attempt in range(self.cfg.run.retries + 1):
+            tag = f"{attempt}-{secrets.token_hex(3)}"
+            log = self.store.log_path(f"{group[0].server_key}.a{attempt}")
+            record_dir = self.store.cell_dir(group[0].server_key) / f"records-a{attempt}"
+            spec = server_spec(self.cfg, arm, record_dir)
+            server = VllmServer(spec, log, self.cfg.server.startup_timeout_s, self.cfg.server.stop_timeout_s)
+            try:
+                self.progress.phase(remaining[0], "starting server")
+                with server:
+                    startup_s = server.startup_s
+                    client = CellClient(server.base_url, server.api_key, self.cfg.server.request_timeout_s)
+                    try:
+                        while remaining:
+                            cell = remaining[0]
+                            self._measure(cell, arm, server, client, tag, startup_s, log, record_dir)
+                            remaining.pop(0)
+                            startup_s = 0.0  # later cells on a shared server paid no start
+                    finally:
+                        client.close()
+                self._check_teardown(server)
+                return
+            except (ServerFailure, ServerGone) as exc:
+                left = server.stop()
+                tail = getattr(exc, "log_tail", "") or _tail(log)
+                failures.append(f"attempt {attempt}: {exc}")
+                if attempt < self.cfg.run.retries:
+                    self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
+                    continue
+                for cell in remaining:
+                    self._record_failed(cell, tag, log, "; ".join(failures), tail, left)
+                if self.cfg.run.fail_fast:
+                    raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {exc}") from None
+                return
+
+    def _measure(self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient, tag: str,
+                 startup_s: float, log: Path, record_dir: Path) -> None:
+        base = {"cell_id": cell.cell_id, "attempt": tag, "pass": cell.pass_, "arm": cell.arm,
+                "depth": cell.depth}
+        res = measure_cell(
+            client, cell.depth, self.cfg.workload, self.sampler,
+            emit=lambda row: self.store.append(REQUESTS, {**base, **row}),
+            phase=lambda p: self.progress.phase(cell, p),
+            stop_rule=self.stop_rule)
+        if not server.alive():
+            raise ServerGone("server exited during the cell")
+        wl = self.cfg.workload
+        est = cell_estimate(res.rows, wl.long_tokens, wl.short_tokens)
+        routing = arms.fold_records(record_dir, arm)
+        problem = arms.patch_problem(routing, arm)
+        status = "ok" if est["decode_ms_per_token"] is not None and problem is None else "failed"
+        row = {**base, "index": cell.index, "server_key": cell.server_key, "status": status,
+               "startup_s": startup_s, "warmup_s": res.warmup_s, "measure_s": res.measure_s,
+               "warmup_valid": res.warmup_valid, "stopped_by": res.stopped_by,
+               "rounds": 1 + max((r["round"] for r in res.rows), default=-1), **est,
+               "log_path": str(log.relative_to(self.store.root)),
+               "error": problem if problem else (None if status == "ok" else "no valid rows"),
+               "routing": routing, "finished": now()}
+        self.store.append(CELLS, row)
+        self.results.append(row)
+        self.progress.cell_done(cell, row)
+
+    def _record_failed(self, cell: Cell, tag: str, log: Path, error: str, tail: str, left: list[int]) -> None:
+        row = {"cell_id": cell.cell_id, "attempt": tag, "pass": cell.pass_, "arm": cell.arm,
+               "depth": cell.depth, "index": cell.index, "server_key": cell.server_key,
+               "status": "failed", "startup_s": None, "decode_ms_per_token": None,
+               "server_decode_ms_per_token": None, "error": error, "log_tail": tail,
+               "leftover_pids": left, "log_path": str(log.relative_to(self.store.root)),
+               "finished": now()}
+        self.store.append(CELLS, row)
+        self.results.append(row)
+        self.progress.cell_done(cell, row)
+
+    def _check_teardown(self, server: VllmServer) -> None:
+        left = server.stop()
+        if left or port_in_use(server.port):
+            self.progress.note(f"warning: after teardown pids {left} / port {server.port} still in use")
+
+
+def _groups(cells: list[Cell]) -> list[list[Cell]]:
+    out: list[list[Cell]] = []
+    for c in cells:
+        if out and out[-1][0].server_key == c.server_key:
+            out[-1].append(c)
+        else:
+            out.append([c])
+    return out
+
+
+def _tail(path: Path) -> str:
+    from e2e.server import tail
+    return tail(path)

