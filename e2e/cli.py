@@ -47,6 +47,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
+    p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
+    p.add_argument("--limit", type=int, help="gsm8k: only the first N questions")
 
 
 def overrides_from_args(a: argparse.Namespace) -> dict[str, Any]:
@@ -148,19 +150,17 @@ def _resume(a: argparse.Namespace) -> int:
 
 def _execute(cfg, store, cells, a: argparse.Namespace, console) -> int:
     from e2e.progress import Progress, cells_table
-    from e2e.runner import Runner, now
+    from e2e.runner import INTERRUPTS, Runner, now
 
     console.print(f"run folder: {store.root}")
     runner = Runner(cfg, store, cells, Progress(console, enabled=not a.no_progress))
     try:
         runner.run()
-    except (KeyboardInterrupt, BaseException) as exc:
-        if isinstance(exc, (KeyboardInterrupt,)) or type(exc).__name__ == "_Terminate":
-            store.update_manifest(status="interrupted", ended=now())
-            console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
-                          f"continue with --resume {store.root}")
-            return 130
-        raise
+    except INTERRUPTS:
+        store.update_manifest(status="interrupted", ended=now())
+        console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
+                      f"continue with --resume {store.root}")
+        return 130
     rows = store.cells()
     failed = [r for r in rows if r["status"] != "ok"]
     store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())

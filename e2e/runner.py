@@ -75,6 +75,9 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminate()
 
 
+INTERRUPTS = (KeyboardInterrupt, _Terminate)
+
+
 class Runner:
     def __init__(self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress,
                  stop_rule_factory: Callable[[Config], Any] | None = None):
@@ -110,6 +113,8 @@ class Runner:
             log = self.store.log_path(f"{group[0].server_key}.a{attempt}")
             record_dir = self.store.cell_dir(group[0].server_key) / f"records-a{attempt}"
             spec = server_spec(self.cfg, arm, record_dir)
+            # A tag in every server process's environment: leak checks find them by it.
+            spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{group[0].server_key}"
             server = VllmServer(spec, log, self.cfg.server.startup_timeout_s, self.cfg.server.stop_timeout_s)
             try:
                 self.progress.phase(remaining[0], "starting server")

@@ -194,9 +194,20 @@ class VllmServer:
             return True
 
     def stop(self) -> list[int]:
-        """SIGTERM the group, wait, SIGKILL what is left, reap. Returns pids still alive (should be [])."""
+        """SIGTERM the group, wait, SIGKILL what is left, reap. Returns pids still alive (should be []).
+
+        SIGINT/SIGTERM to the harness are held back while this runs (and delivered after), so a
+        second Ctrl-C cannot abandon a half-stopped server."""
         if self.proc is None:
             return []
+        held = {signal.SIGINT, signal.SIGTERM}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            return self._stop()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def _stop(self) -> list[int]:
         self._remember_children()
         pgid = self.proc.pid  # new session: the leader's pid is the group id
         for sig in (signal.SIGTERM, signal.SIGKILL):

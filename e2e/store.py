@@ -60,6 +60,22 @@ def check_schema(rows: list[dict[str, Any]], path: Path) -> None:
             )
 
 
+def _set_aside_torn_tail(path: Path) -> None:
+    """A crash mid-write leaves a torn last line that the next row would glue onto. Move the torn
+    bytes to <file>.torn (kept for inspection, never parsed) and cut the file back to its last
+    complete row."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with open(path.with_name(path.name + ".torn"), "ab") as t:
+        t.write(data[cut:] + b"\n")
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     data = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
@@ -156,10 +172,7 @@ class RunStore:
             f = self._files.get(name)
             if f is None:
                 path = self.root / name
-                # A torn last line from a crash would glue onto the next row: end it first.
-                if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-                    with open(path, "ab") as g:
-                        g.write(b"\n")
+                _set_aside_torn_tail(path)
                 f = self._files[name] = open(path, "ab", buffering=0)
             f.write(line)
             os.fsync(f.fileno())

