@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 from e2e.errors import UserError
 
 DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
-SUBCOMMANDS = ("run", "assets")
 
 
 def _csv_ints(s: str) -> list[int]:
@@ -42,6 +42,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-mode", choices=("fresh", "per-arm-pass"),
                    help="fresh server per cell (default) or one per arm and pass")
     p.add_argument("--retries", type=int, help="fresh-server retries of a failed cell")
+    p.add_argument("--target-ci", type=float, metavar="PCT",
+                   help="measure each cell until its 95 %% CI half-width is below PCT %% of the "
+                        "estimate (or workload.max_rounds)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
@@ -56,7 +59,7 @@ def overrides_from_args(a: argparse.Namespace) -> dict[str, Any]:
     for flag, key in (("order", "run.order"), ("passes", "run.passes"), ("depths", "workload.depths"),
                       ("reps", "workload.rounds"), ("out", "run.out"), ("model", "model.path"),
                       ("tp", "server.tensor_parallel_size"), ("server_mode", "server.mode"),
-                      ("retries", "run.retries")):
+                      ("retries", "run.retries"), ("target_ci", "workload.target_ci_pct")):
         v = getattr(a, flag, None)
         if v is not None:
             o[key] = v
@@ -117,16 +120,17 @@ def cmd_run(a: argparse.Namespace) -> int:
             Console().print(t)
         return 0
 
-    from e2e.runner import Runner, build_manifest, now
+    from e2e.runner import Runner, build_manifest, make_sampler, now
     from e2e.store import RunStore
 
+    sampler = make_sampler(cfg)
     run_id = a.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}"
     root = Path(cfg.run.out) / run_id
     store = RunStore.create(root)
     with store:
         store.write_manifest(build_manifest(cfg, run_id, cells))
         store.write_plan([c.to_dict() for c in cells])
-        return _execute(cfg, store, cells, a, Console(stderr=True))
+        return _execute(cfg, store, cells, a, Console(stderr=True), sampler)
 
 
 def _resume(a: argparse.Namespace) -> int:
@@ -134,7 +138,7 @@ def _resume(a: argparse.Namespace) -> int:
 
     from e2e.config import parse_config
     from e2e.plan import Cell
-    from e2e.runner import now
+    from e2e.runner import make_sampler, now
     from e2e.store import RunStore
 
     store = RunStore.open_existing(Path(a.resume))
@@ -143,17 +147,21 @@ def _resume(a: argparse.Namespace) -> int:
         cfg = parse_config(m["config"], f"{a.resume}/manifest.json")
         cells = [Cell(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
                       server_key=c["server_key"]) for c in store.plan()]
+        sampler = make_sampler(cfg)
         m.setdefault("resumes", []).append({"started": now(), "git": m.get("git")})
         store.write_manifest(m)
-        return _execute(cfg, store, cells, a, Console(stderr=True))
+        return _execute(cfg, store, cells, a, Console(stderr=True), sampler)
 
 
-def _execute(cfg, store, cells, a: argparse.Namespace, console) -> int:
+def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:
     from e2e.progress import Progress, cells_table
+    from e2e.report import write_report
     from e2e.runner import INTERRUPTS, Runner, now
+    from e2e.stats import target_ci_stop_rule
 
     console.print(f"run folder: {store.root}")
-    runner = Runner(cfg, store, cells, Progress(console, enabled=not a.no_progress))
+    runner = Runner(cfg, store, cells, Progress(console, enabled=not a.no_progress), sampler,
+                    stop_rule_factory=target_ci_stop_rule)
     try:
         runner.run()
     except INTERRUPTS:
@@ -165,12 +173,36 @@ def _execute(cfg, store, cells, a: argparse.Namespace, console) -> int:
     failed = [r for r in rows if r["status"] != "ok"]
     store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
     console.print(cells_table(rows, title=f"{cfg.name}: decode ms per token"))
+    write_report(store.root)
+    console.print(f"report: {store.root / 'report.md'}")
     return 1 if failed else 0
 
 
 def cmd_assets(a: argparse.Namespace) -> int:
     from e2e import assets
     return assets.main(a)
+
+
+def _sub_report(sub) -> None:
+    from e2e import report
+    report.add_report_args(sub.add_parser("report", help="summary.json/csv, report.md and figures for a run"))
+
+
+def _sub_compare(sub) -> None:
+    from e2e import compare
+    compare.add_compare_args(sub.add_parser(
+        "compare", help="RUN_A RUN_B: same decision rule; exit 1 on a significant regression"))
+    compare.add_history_args(sub.add_parser("history", help="a table and a plot over a folder of runs"))
+
+
+def _handlers() -> dict[str, Any]:
+    from e2e import compare, report
+    return {"run": cmd_run, "assets": cmd_assets,
+            "report": report.report_main, "compare": compare.compare_main,
+            "history": compare.history_main}
+
+
+SUBCOMMANDS = ("run", "assets", "kernels", "report", "compare", "history")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(sub.add_parser("run", help="run the latency cells (the default)"))
     from e2e import assets
     assets.add_args(sub.add_parser("assets", help="fetch and build models and data"))
+    sub.add_parser("kernels", help="kernel-level routing and error check (GPU): python -m kernels_check --help",
+                   add_help=False)
+    _sub_report(sub)
+    _sub_compare(sub)
     return p
 
 
@@ -187,11 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help"):
         argv = ["run", *argv]
+    # Result files follow the user's umask, but are never world-writable.
+    os.umask(os.umask(0) | 0o002)
+    if argv[0] == "kernels":  # its own command line (kernels_check.cli), passed through whole
+        from kernels_check.cli import main as kernels_main
+        return kernels_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = {"run": cmd_run, "assets": cmd_assets}[args.command]
     try:
-        return handler(args)
+        return _handlers()[args.command](args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

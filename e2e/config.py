@@ -32,6 +32,8 @@ class ModelCfg(_Frozen):
     # Context length of the model itself, when the config cannot be read (hub names);
     # used to reject depth + long_tokens beyond it before anything starts.
     context_len: int | None = Field(default=None, gt=0)
+    # Token ids for random prompts come from the local folder's tokenizer; set this for a hub name.
+    vocab_size: int | None = Field(default=None, gt=100)
     twin_of: str | None = None  # set for random-weight twins: reports must never call it the real model
 
 

@@ -60,7 +60,8 @@ class TokenSampler:
             if vocab:
                 sizes.append(len(vocab))
         if not sizes:
-            raise UserError(f"model.path {model_path!r} has no config.json: set model.vocab_size")
+            raise UserError(f"model.path {model_path!r} is not a local model folder (no config.json); "
+                            "give a local folder or set model.vocab_size")
         # Low ids hold control/byte tokens in most vocabularies: start past them when there is room.
         n = min(sizes)
         excluded |= set(range(min(256, n // 100)))
@@ -100,6 +101,12 @@ class CellClient:
     def close(self) -> None:
         self.http.close()
 
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def complete(self, prompt: list[int], n: int) -> dict[str, Any]:
         # Encoded before the clock starts: a 32K-token prompt is ~200 KB of JSON.
         body = json.dumps({"model": SERVED_NAME, "prompt": prompt, "max_tokens": n, "min_tokens": n,
@@ -121,6 +128,8 @@ class CellClient:
         row["t_client_s"] = t1 - t0
         if r.status_code != 200:
             self._snap = None
+            if r.status_code >= 500 and not self.healthy():
+                raise ServerGone(f"HTTP {r.status_code} and /health fails: the engine is gone")
             return {**row, "error": f"HTTP {r.status_code}: {r.text[:200]}"}
         data = r.json()
         usage = data.get("usage") or {}

@@ -32,9 +32,11 @@ class Progress:
         self._task = self._bar.add_task("starting", total=total, completed=done)
 
     def phase(self, cell: Any, phase: str) -> None:
+        text = f"cell {cell.index + 1}/{self._total} {cell.cell_id}: {phase}"
         if self._bar is not None:
-            self._bar.update(self._task, description=f"cell {cell.index + 1}/{self._total} "
-                                                     f"{cell.cell_id}: {phase}")
+            self._bar.update(self._task, description=text)
+        else:  # plain mode: one line per phase (logs, CI, and the interrupt tests read these)
+            self.console.print(text)
 
     def note(self, text: str) -> None:
         self.console.print(text)

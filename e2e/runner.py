@@ -25,6 +25,11 @@ from e2e.server import ServerFailure, ServerSpec, VllmServer, port_in_use
 from e2e.store import CELLS, REQUESTS, RunStore
 
 
+def make_sampler(cfg: Config) -> TokenSampler:
+    """Checked before a run folder exists: a model we cannot draw prompts for is bad input."""
+    return TokenSampler.for_model(cfg.model.path, cfg.workload.seed, cfg.model.vocab_size)
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -80,13 +85,13 @@ INTERRUPTS = (KeyboardInterrupt, _Terminate)
 
 class Runner:
     def __init__(self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress,
-                 stop_rule_factory: Callable[[Config], Any] | None = None):
+                 sampler: TokenSampler, stop_rule_factory: Callable[[Config], Any] | None = None):
         self.cfg = cfg
         self.store = store
         self.cells = cells
         self.progress = progress
         self.stop_rule = stop_rule_factory(cfg) if stop_rule_factory else None
-        self.sampler = TokenSampler.for_model(cfg.model.path, cfg.workload.seed)
+        self.sampler = sampler
         self.results: list[dict[str, Any]] = []
 
     # -- the loop -----------------------------------------------------------------------------

@@ -30,3 +30,21 @@ def smollm2() -> Path:
 def in_root(monkeypatch):
     monkeypatch.chdir(ROOT)
     return ROOT
+
+
+def write_config(path: Path, base: str = "configs/cpu-demo.toml", **sections) -> Path:
+    """A copy of a config with some tables replaced/extended (tests keep servers tiny)."""
+    import tomllib
+
+    import tomli_w
+
+    data = tomllib.loads((ROOT / base).read_text())
+    data["model"]["path"] = str(SMOLLM2)
+    data["model"]["max_model_len"] = 1024
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key].update(value)
+        else:
+            data[key] = value
+    path.write_text(tomli_w.dumps(data))
+    return path
