@@ -1,0 +1,5 @@
+import sys
+
+from kernels_check.cli import main
+
+sys.exit(main())

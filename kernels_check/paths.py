@@ -1,0 +1,263 @@
+"""The kernel paths, driven the way vLLM drives them, and proof of which one ran.
+
+- "rocm_custom" and "triton": vLLM's own `chunked_prefill_paged_decode` (ROCM_ATTN's decode
+  dispatch), identical arguments, with only `use_rocm_custom_paged_attention`'s answer forced on or
+  off through the project's patch mechanism (e2e.plugin.patches.apply_patches, names
+  "gate-always-on" / "gate-always-off"). `force_gate` is the only coupling to that mechanism.
+- "fa3": vLLM's FlashAttention 3 (`vllm.vllm_flash_attn.flash_attn_varlen_func`, fa_version=3)
+  over the same K/V paged into FLASH_ATTN's layout, through a block table, called with the
+  arguments FlashAttentionImpl.forward passes for decode. Used where the ROCm custom op does not
+  exist (NVIDIA), as the non-Triton comparator.
+
+Which path ran is counted by wrapping the ops the dispatch calls (module attributes it looks up at
+call time): `vllm._custom_ops.paged_attention_rocm`, the module global `kernel_paged_attention_2d`
+and `context_attention_fwd` (the prefill branch; must stay at zero for pure decode).
+"""
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from e2e.errors import UserError
+
+DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
+GATE_PATCH = {True: "gate-always-on", False: "gate-always-off"}
+# What each dispatch path must have counted for one decode launch.
+EXPECTED_COUNTS = {"triton": {"triton_2d": 1, "rocm_custom": 0, "prefill": 0},
+                   "rocm_custom": {"triton_2d": 0, "rocm_custom": 1, "prefill": 0}}
+
+
+# -- vLLM modules --------------------------------------------------------------------------------
+@dataclass
+class Vllm:
+    version: str
+    dispatch_mod: Any     # vllm.v1.attention.ops.chunked_prefill_paged_decode
+    custom_ops: Any       # vllm._custom_ops
+    rocm: Any             # vllm.platforms.rocm
+    dispatch_signature: str
+
+
+def load_vllm() -> Vllm:
+    """Import the vLLM pieces the check drives; a clear error if this vLLM lacks them."""
+    try:
+        import importlib
+
+        import vllm
+        dispatch_mod = importlib.import_module(DISPATCH_MODULE)
+        from vllm import _custom_ops
+        from vllm.platforms import rocm
+    except Exception as exc:  # ImportError, or a vLLM that fails to initialise
+        raise UserError(f"cannot import vLLM's paged-decode dispatch ({DISPATCH_MODULE}): "
+                        f"{type(exc).__name__}: {exc}") from None
+    for mod, name in ((dispatch_mod, "chunked_prefill_paged_decode"),
+                      (dispatch_mod, "kernel_paged_attention_2d"),
+                      (_custom_ops, "paged_attention_rocm"),
+                      (rocm, "use_rocm_custom_paged_attention")):
+        if not hasattr(mod, name):
+            raise UserError(f"vLLM {vllm.__version__}: {mod.__name__}.{name} does not exist; "
+                            "kernels_check was written against vLLM 0.26.0")
+    sig = str(inspect.signature(dispatch_mod.chunked_prefill_paged_decode))
+    return Vllm(vllm.__version__, dispatch_mod, _custom_ops, rocm, sig)
+
+
+def rocm_custom_available() -> tuple[bool, str]:
+    """Is vLLM's ROCm custom paged-attention op registered in this process?"""
+    try:
+        torch.ops._rocm_C.paged_attention  # noqa: B018  (lookup raises when not registered)
+        return True, "torch.ops._rocm_C.paged_attention is registered"
+    except (AttributeError, RuntimeError) as exc:
+        return False, ("the ROCm custom paged-attention kernel was not available on this machine "
+                       f"(torch.ops._rocm_C.paged_attention: {type(exc).__name__})")
+
+
+def fa3_available() -> tuple[bool, str]:
+    try:
+        from vllm.vllm_flash_attn import fa_version_unsupported_reason, is_fa_version_supported
+    except Exception as exc:
+        return False, f"vllm.vllm_flash_attn not importable: {type(exc).__name__}: {exc}"
+    if is_fa_version_supported(3):
+        return True, "FA3 (vllm.vllm_flash_attn, fa_version=3)"
+    return False, str(fa_version_unsupported_reason(3))
+
+
+def native_gate(v: Vllm, dtype: torch.dtype, head_size: int, block_size: int, ratio: int,
+                max_seq_len: int) -> bool:
+    """The gate's own answer on this machine (call before any patch is applied)."""
+    return bool(v.rocm.use_rocm_custom_paged_attention(
+        dtype, head_size, block_size, ratio, max_seq_len, 0, "auto", None, None))
+
+
+# -- the gate, through the project's patch mechanism ---------------------------------------------
+def patch_mechanism() -> Callable[[list[str]], list[str]]:
+    try:
+        from e2e.plugin.patches import apply_patches
+    except Exception as exc:
+        raise UserError("e2e.plugin.patches.apply_patches is not importable "
+                        f"({type(exc).__name__}: {exc}); kernels_check forces the gate only "
+                        "through the project's patch mechanism") from None
+    return apply_patches
+
+
+def force_gate(v: Vllm, on: bool, probe: tuple) -> list[str]:
+    """Force use_rocm_custom_paged_attention's answer to `on`, then check that the dispatch's
+    lookup (`vllm.platforms.rocm.use_rocm_custom_paged_attention`, imported inside the dispatch on
+    every call) now answers `on` for this cell's arguments. probe = (dtype, head, block, ratio,
+    max_seq_len). Raises RuntimeError if the patch did not take."""
+    applied = patch_mechanism()([GATE_PATCH[on]])
+    dtype, head, block, ratio, max_len = probe
+    got = bool(v.rocm.use_rocm_custom_paged_attention(dtype, head, block, ratio, max_len, 0, "auto",
+                                                      None, None))
+    if got != on:
+        raise RuntimeError(f"apply_patches([{GATE_PATCH[on]!r}]) returned {applied!r} but the gate "
+                           f"still answers {got}")
+    return list(applied or [])
+
+
+# -- counting which op ran -----------------------------------------------------------------------
+class _CountingKernel:
+    """Stands in for a Triton JITFunction launched as kernel[grid](**kwargs)."""
+
+    def __init__(self, inner: Any, counts: Counter, key: str):
+        self._inner, self._counts, self._key = inner, counts, key
+
+    def __getitem__(self, grid: Any) -> Callable:
+        launcher = self._inner[grid]
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            self._counts[self._key] += 1
+            return launcher(*args, **kwargs)
+        return launch
+
+    def __getattr__(self, name: str) -> Any:  # anything else (e.g. .fn, .cache) goes to the kernel
+        return getattr(self._inner, name)
+
+
+def _counting_fn(inner: Callable, counts: Counter, key: str) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        counts[key] += 1
+        return inner(*args, **kwargs)
+    wrapper.__wrapped__ = inner  # type: ignore[attr-defined]
+    return wrapper
+
+
+@dataclass
+class OpCounter:
+    """Wraps the ops the dispatch may call; `counts` holds calls since install."""
+    counts: Counter = field(default_factory=Counter)
+    _undo: list = field(default_factory=list)
+
+    def install(self, dispatch_mod: Any, custom_ops: Any) -> None:
+        for mod, name, key, kind in ((dispatch_mod, "kernel_paged_attention_2d", "triton_2d", "kernel"),
+                                     (dispatch_mod, "context_attention_fwd", "prefill", "fn"),
+                                     (custom_ops, "paged_attention_rocm", "rocm_custom", "fn")):
+            orig = getattr(mod, name)
+            wrapped = (_CountingKernel(orig, self.counts, key) if kind == "kernel"
+                       else _counting_fn(orig, self.counts, key))
+            setattr(mod, name, wrapped)
+            self._undo.append((mod, name, orig))
+
+    def uninstall(self) -> None:
+        while self._undo:
+            mod, name, orig = self._undo.pop()
+            setattr(mod, name, orig)
+
+    @contextmanager
+    def delta(self) -> Iterator[dict]:
+        """Yields a dict filled, on exit, with the calls made inside the block."""
+        before = Counter(self.counts)
+        out: dict = {}
+        try:
+            yield out
+        finally:
+            after = self.counts
+            out.update({k: after.get(k, 0) - before.get(k, 0)
+                        for k in ("triton_2d", "rocm_custom", "prefill")})
+
+
+# -- launches ------------------------------------------------------------------------------------
+@dataclass
+class DecodeInputs:
+    """One cell's device tensors, shared by every path."""
+    query: torch.Tensor          # [seqs, q_heads, head]
+    key: torch.Tensor            # [seqs, kv_heads, head]: the step's new token (already cached)
+    value: torch.Tensor
+    key_cache: torch.Tensor      # ROCm layout
+    value_cache: torch.Tensor
+    block_table: torch.Tensor    # int32 [seqs, max_blocks]
+    seq_lens: torch.Tensor       # int32 [seqs]
+    query_start_loc: torch.Tensor  # int32 [seqs + 1]: 0, 1, ..., seqs
+    max_seq_len: int
+    scale: float
+    k_scale: torch.Tensor        # float32 scalar 1.0 (layer._k_scale for an unquantized cache)
+    v_scale: torch.Tensor
+    fa_key_cache: torch.Tensor | None = None   # FLASH_ATTN layout, same data
+    fa_value_cache: torch.Tensor | None = None
+
+
+def dispatch_launch(v: Vllm, x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
+    """A closure calling vLLM's chunked_prefill_paged_decode as RocmAttentionImpl.forward does for a
+    decode-only batch (kv_cache_dtype "auto", no alibi, no sliding window, no sinks)."""
+    fn = v.dispatch_mod.chunked_prefill_paged_decode
+
+    def launch() -> None:
+        fn(query=x.query, key=x.key, value=x.value, output=out, kv_cache_dtype="auto",
+           key_cache=x.key_cache, value_cache=x.value_cache, block_table=x.block_table,
+           query_start_loc=x.query_start_loc, seq_lens=x.seq_lens, max_seq_len=x.max_seq_len,
+           max_query_len=1, k_scale=x.k_scale, v_scale=x.v_scale, alibi_slopes=None,
+           sliding_window=None, sm_scale=x.scale, output_scale=None, sinks=None)
+    return launch
+
+
+def fa3_launch(x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
+    """A closure calling FA3 as FlashAttentionImpl.forward does for decode: varlen with one query
+    per sequence, seqused_k = seq_lens, block table, causal (bottom-right aligned: sees all keys)."""
+    from vllm.vllm_flash_attn import flash_attn_varlen_func
+    if x.fa_key_cache is None:
+        raise RuntimeError("no FLASH_ATTN-layout cache was built for this cell")
+
+    def launch() -> None:
+        flash_attn_varlen_func(q=x.query, k=x.fa_key_cache, v=x.fa_value_cache, out=out,
+                               cu_seqlens_q=x.query_start_loc, max_seqlen_q=1,
+                               seqused_k=x.seq_lens, max_seqlen_k=x.max_seq_len,
+                               softmax_scale=x.scale, causal=True, block_table=x.block_table,
+                               fa_version=3)
+    return launch
+
+
+def layout_check(v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int,
+                 device: torch.device) -> dict:
+    """Do our cache views match vLLM's own (shape, strides, storage offset)?"""
+    from kernels_check.paging import alloc_fa, rocm_views
+    res: dict = {}
+    try:
+        from vllm.v1.attention.ops.paged_attn import PagedAttention
+        kv = torch.empty(2, 3, block_size * kv_heads * head_size, dtype=dtype, device=device)
+        mine = rocm_views(kv, kv_heads, head_size)
+        theirs = PagedAttention.split_kv_cache(kv, kv_heads, head_size)
+        same = all(a.shape == b.shape and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
+                   for a, b in zip(mine, theirs))
+        res["rocm"] = "same as PagedAttention.split_kv_cache" if same else (
+            f"DIFFERENT: ours {[tuple(t.shape) for t in mine]} vLLM {[tuple(t.shape) for t in theirs]}")
+    except Exception as exc:
+        res["rocm"] = f"not checked: {type(exc).__name__}: {exc}"
+    try:
+        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+        shape = FlashAttentionBackend.get_kv_cache_shape(3, block_size, kv_heads, head_size)
+        order = FlashAttentionBackend.get_kv_cache_stride_order()
+        phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
+        inv = [order.index(i) for i in range(len(order))]
+        kv_cache = phys.permute(*inv)  # logical view, as vLLM's KV allocator hands it out
+        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)  # FlashAttentionImpl.forward
+        mk, mv = alloc_fa(3, block_size, kv_heads, head_size, dtype, device)
+        same = (k_v.shape == mk.shape and k_v.stride() == mk.stride()
+                and v_v.stride() == mv.stride() and v_v.shape == mv.shape)
+        res["fa"] = (f"same as FlashAttentionBackend shape {tuple(shape)} stride order {tuple(order)}"
+                     if same else f"DIFFERENT: vLLM strides {k_v.stride()} ours {mk.stride()}")
+    except Exception as exc:
+        res["fa"] = f"not checked: {type(exc).__name__}: {exc}"
+    return res

@@ -1,0 +1,290 @@
+"""The GPU run: routing probes, the timed sweep, the fault sweep. One failure is a row, not a stop.
+
+Every row is appended (and fsynced) to rows.jsonl as soon as it exists; report.py recomputes the
+summary and figures from those rows alone.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernels_check import faults, paths, scoring, timing
+from kernels_check.cells import Cell, Shape
+from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
+from kernels_check.reference import reference_decode
+
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ROWS = "rows.jsonl"
+
+
+@dataclass
+class Settings:
+    batch: int = 8
+    reps: int = 50
+    graph_inner: int = 10
+    graph_reps: int = 20
+    flush_mib: int = 1024
+    timing: bool = True
+    fault_batch: int = 4
+    spare_blocks: int = 4
+
+
+@dataclass
+class Ctx:
+    v: paths.Vllm
+    counter: paths.OpCounter
+    settings: Settings
+    device: torch.device
+    store: Any                       # e2e.store.RunStore
+    paths: list[str]                 # the paths run in every cell, e.g. ["triton", "fa3"]
+    flush: torch.Tensor | None = None
+    log: Any = field(default=sys.stderr)
+
+    def emit(self, row: dict) -> None:
+        self.store.append(ROWS, row)
+
+    def say(self, msg: str) -> None:
+        print(msg, file=self.log, flush=True)
+
+
+def _err(exc: BaseException) -> dict:
+    tb = traceback.format_exc().strip().splitlines()
+    return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500],
+            "traceback_tail": tb[-8:]}
+
+
+# -- inputs --------------------------------------------------------------------------------------
+def make_dense(shape: Shape, dtype: str, seq_lens: list[int], seed: int, device: torch.device):
+    """Fresh N(0, 1) q, k, v in the cell's dtype (never zeros); k, v dense [seqs, max_len, kv, head]."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    dt = TORCH_DTYPE[dtype]
+    n = len(seq_lens)
+    q = torch.randn(n, shape.q_heads, shape.head_size, generator=g, device=device, dtype=dt)
+    k = torch.randn(n, max(seq_lens), shape.kv_heads, shape.head_size, generator=g, device=device, dtype=dt)
+    v = torch.randn(n, max(seq_lens), shape.kv_heads, shape.head_size, generator=g, device=device, dtype=dt)
+    return q, k, v
+
+
+def build_inputs(shape: Shape, q, k, v, seq_lens: list[int], block_table_cpu: torch.Tensor,
+                 num_blocks: int, fill_k: float, fill_v: float, with_fa: bool,
+                 device: torch.device) -> paths.DecodeInputs:
+    b = shape.block_size
+    kc, vc = page_rocm(k, v, seq_lens, block_table_cpu, num_blocks, b, fill_k, fill_v)
+    fk = fv = None
+    if with_fa:
+        fk, fv = page_fa(k, v, seq_lens, block_table_cpu, num_blocks, b, fill_k, fill_v)
+    idx = torch.arange(len(seq_lens), device=device)
+    last = torch.tensor([n - 1 for n in seq_lens], device=device)
+    i32 = dict(dtype=torch.int32, device=device)
+    return paths.DecodeInputs(
+        query=q, key=k[idx, last].contiguous(), value=v[idx, last].contiguous(),
+        key_cache=kc, value_cache=vc, block_table=block_table_cpu.to(device),
+        seq_lens=torch.tensor(seq_lens, **i32),
+        query_start_loc=torch.arange(len(seq_lens) + 1, **i32), max_seq_len=max(seq_lens),
+        scale=shape.head_size ** -0.5,
+        k_scale=torch.ones((), dtype=torch.float32, device=device),
+        v_scale=torch.ones((), dtype=torch.float32, device=device),
+        fa_key_cache=fk, fa_value_cache=fv)
+
+
+# -- one path on one set of inputs ---------------------------------------------------------------
+def run_path(ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shape: Shape,
+             dtype: str, time_it: bool) -> dict:
+    """Launch once (output poisoned first), score, check routing; then time if asked."""
+    row: dict[str, Any] = {"path": path}
+    out = torch.empty_like(x.query)
+    scoring.poison_output(out)
+    probe = (TORCH_DTYPE[dtype], shape.head_size, shape.block_size, shape.ratio, x.max_seq_len)
+    if path in paths.EXPECTED_COUNTS:
+        row["gate_forced"] = path == "rocm_custom"
+        row["patches_applied"] = paths.force_gate(ctx.v, path == "rocm_custom", probe)
+        launch = paths.dispatch_launch(ctx.v, x, out)
+    elif path == "fa3":
+        launch = paths.fa3_launch(x, out)
+    else:
+        raise ValueError(f"unknown path {path!r}")
+    with ctx.counter.delta() as counts:
+        launch()
+        torch.cuda.synchronize()
+    expected = paths.EXPECTED_COUNTS.get(path, {"triton_2d": 0, "rocm_custom": 0, "prefill": 0})
+    row["counts"] = counts
+    row["routed_as_expected"] = counts == expected
+    row["score"] = scoring.score(out, ref).to_dict()
+    if time_it:
+        row["time_cold"] = timing.summarize(timing.time_cold(launch, ctx.settings.reps, ctx.flush))
+        try:
+            row["time_graph"] = timing.summarize(
+                timing.time_graph(launch, ctx.settings.graph_inner, ctx.settings.graph_reps))
+        except Exception as exc:  # capture can fail for reasons unrelated to the kernel
+            row["time_graph"] = {"n": 0, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            torch.cuda.synchronize()
+    return row
+
+
+# -- routing probes ------------------------------------------------------------------------------
+def routing_probes(ctx: Ctx, shapes: list[Shape], dtype: str, seed: int,
+                   states: tuple[bool, ...] = (False, True)) -> None:
+    """Per shape: the gate forced on, then off, through the dispatch; what was counted. On a
+    machine without the ROCm op the forced-on call reaches paged_attention_rocm and raises there:
+    the count still proves the patch steers the dispatch. run.py probes "off" first and "on" last:
+    e2e.plugin.patches (as of this writing) refuses to switch between gate-always-on and -off in one
+    process, so the gate-on probe must not come before the Triton sweep."""
+    for i, shape in enumerate(shapes):
+        seq_lens = [shape.block_size * 8] * 2
+        q, k, v = make_dense(shape, dtype, seq_lens, seed + 10_000 + i, ctx.device)
+        bt, nb = make_block_table(seq_lens, shape.block_size, ctx.settings.spare_blocks,
+                                  torch.Generator().manual_seed(seed + i))
+        x = build_inputs(shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, False, ctx.device)
+        probe = (TORCH_DTYPE[dtype], shape.head_size, shape.block_size, shape.ratio, x.max_seq_len)
+        for on in states:
+            row: dict[str, Any] = {"kind": "routing", "dtype": dtype, "shape": shape.to_dict(),
+                                   "gate_forced": on}
+            out = torch.empty_like(q)
+            scoring.poison_output(out)
+            with ctx.counter.delta() as counts:
+                try:
+                    row["patches_applied"] = paths.force_gate(ctx.v, on, probe)
+                    paths.dispatch_launch(ctx.v, x, out)()
+                    torch.cuda.synchronize()
+                    row["raised"] = None
+                except Exception as exc:
+                    row["raised"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["counts"] = counts
+            row["steered"] = counts == paths.EXPECTED_COUNTS["rocm_custom" if on else "triton"]
+            ctx.emit(row)
+            ctx.say(f"routing {shape.name} gate {'on ' if on else 'off'}: {counts}"
+                    + (f" (raised {row['raised'][:80]})" if row["raised"] else ""))
+
+
+# -- the timed sweep -----------------------------------------------------------------------------
+def run_cell(ctx: Ctx, cell: Cell) -> None:
+    s = ctx.settings
+    base = {"kind": "cell", "cell_id": cell.cell_id, "index": cell.index, "dtype": cell.dtype,
+            "shape": cell.shape.to_dict(), "context": cell.context, "batch": s.batch,
+            "seed": cell.seed}
+    t0 = time.monotonic()
+    try:
+        seq_lens = [cell.context] * s.batch
+        q, k, v = make_dense(cell.shape, cell.dtype, seq_lens, cell.seed, ctx.device)
+        ref = reference_decode(q, k, v, seq_lens, cell.shape.head_size ** -0.5)
+        bt, nb = make_block_table(seq_lens, cell.shape.block_size, s.spare_blocks,
+                                  torch.Generator().manual_seed(cell.seed))
+        x = build_inputs(cell.shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, "fa3" in ctx.paths,
+                         ctx.device)
+        # The cache must hold exactly what the reference saw (a paging bug shows up here, not
+        # as kernel error).
+        ku, vu = unpage_rocm(x.key_cache, x.value_cache, seq_lens, bt)
+        base["paging_round_trip"] = bool(torch.equal(ku, k) and torch.equal(vu, v))
+        del k, v, ku, vu
+    except Exception as exc:
+        for p in ctx.paths:
+            ctx.emit({**base, "path": p, "status": "failed", "stage": "setup", **_err(exc)})
+        ctx.say(f"cell {cell.cell_id}: setup failed: {type(exc).__name__}: {exc}")
+        torch.cuda.empty_cache()
+        return
+    parts = []
+    for p in ctx.paths:
+        try:
+            row = {**base, **run_path(ctx, p, x, ref, cell.shape, cell.dtype, s.timing), "status": "ok"}
+            if not row["routed_as_expected"]:
+                row["status"] = "misrouted"
+        except Exception as exc:
+            row = {**base, "path": p, "status": "failed", "stage": "launch", **_err(exc)}
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                pass
+        ctx.emit(row)
+        sc = row.get("score", {})
+        ms = row.get("time_cold", {}).get("median_ms")
+        parts.append(f"{p} {row['status']} err {_fmt(sc.get('rel_linf'))} {sc.get('status', '')}"
+                     + (f" {ms:.4f} ms" if ms is not None else ""))
+    ctx.say(f"cell {cell.index:3d} {cell.cell_id}: " + "; ".join(parts)
+            + f" ({time.monotonic() - t0:.1f} s)")
+    del x, ref
+    torch.cuda.empty_cache()
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:.2e}"
+
+
+# -- the fault sweep -----------------------------------------------------------------------------
+def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) -> None:
+    """One (dtype, shape, length): fresh inputs; every (value, mode) tail fault on every path; then
+    the written-slot controls that show the instrument can see a fault."""
+    s = ctx.settings
+    gid = f"{dtype}-q{shape.q_heads}kv{shape.kv_heads}-L{length}"
+    base = {"dtype": dtype, "shape": shape.to_dict(), "length": length, "group_id": gid,
+            "batch": s.fault_batch, "seed": seed}
+    fault_paths = [p for p in ctx.paths]
+    try:
+        seq_lens = [length] * s.fault_batch
+        q, k, v = make_dense(shape, dtype, seq_lens, seed, ctx.device)
+        ref = reference_decode(q, k, v, seq_lens, shape.head_size ** -0.5)
+        bt, nb = make_block_table(seq_lens, shape.block_size, s.spare_blocks,
+                                  torch.Generator().manual_seed(seed))
+        book = faults.tail_bookkeeping(seq_lens, bt, nb, shape.block_size)
+        base.update(tail_slots=book.tail_slots_per_seq[0], poisoned_in_table=book.poisoned_in_table,
+                    poisoned_outside_table=book.poisoned_outside_table)
+    except Exception as exc:
+        ctx.emit({**base, "kind": "fault", "status": "failed", "stage": "setup", **_err(exc)})
+        return
+    seen = []
+    for value in faults.VALUES:
+        for mode in faults.MODES:
+            if mode == "none" and value != "nan":
+                continue  # the clean baseline once per group
+            fk, fv = faults.fills(mode, value)
+            try:
+                x = build_inputs(shape, q, k, v, seq_lens, bt, nb, fk, fv, "fa3" in fault_paths, ctx.device)
+            except Exception as exc:
+                ctx.emit({**base, "kind": "fault", "mode": mode, "value": value, "status": "failed",
+                          "stage": "setup", **_err(exc)})
+                continue
+            for p in fault_paths:
+                row = {**base, "kind": "fault", "mode": mode, "value": value if mode != "none" else None}
+                try:
+                    r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
+                    row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
+                except Exception as exc:
+                    row.update(path=p, status="failed", stage="launch", **_err(exc))
+                ctx.emit(row)
+                seen.append(f"{p}:{mode}/{value}={'F' if row.get('faulted') else ('.' if row['status'] == 'ok' else 'x')}")
+    # Controls: a fault the kernel must read. Expected: every one flagged.
+    for which, value in faults.CONTROLS:
+        try:
+            x = build_inputs(shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, "fa3" in fault_paths, ctx.device)
+            vec = faults.control_vector(which, value, q[0, 0])
+            token = length - 1
+            faults.inject_written("rocm", x.key_cache, x.value_cache, bt, 0, token, 0, which, vec)
+            if x.fa_key_cache is not None:
+                faults.inject_written("fa", x.fa_key_cache, x.fa_value_cache, bt, 0, token, 0, which, vec)
+        except Exception as exc:
+            ctx.emit({**base, "kind": "fault_control", "which": which, "value": value,
+                      "status": "failed", "stage": "setup", **_err(exc)})
+            continue
+        for p in fault_paths:
+            row = {**base, "kind": "fault_control", "which": which, "value": value,
+                   "slot": {"seq": 0, "token": length - 1, "kv_head": 0}}
+            try:
+                r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
+                row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
+            except Exception as exc:
+                row.update(path=p, status="failed", stage="launch", **_err(exc))
+            ctx.emit(row)
+            seen.append(f"{p}:ctl-{which}/{value}={'F' if row.get('faulted') else ('.' if row['status'] == 'ok' else 'x')}")
+    ctx.say(f"faults {gid}: " + " ".join(seen))
+    torch.cuda.empty_cache()
+
+
+def settings_dict(s: Settings) -> dict:
+    return {k: getattr(s, k) for k in s.__dataclass_fields__}
+
+
