@@ -196,13 +196,13 @@ def _sub_compare(sub) -> None:
 
 
 def _handlers() -> dict[str, Any]:
-    from e2e import compare, report
-    return {"run": cmd_run, "assets": cmd_assets,
+    from e2e import compare, report, twin
+    return {"run": cmd_run, "assets": cmd_assets, "twin": twin.main,
             "report": report.report_main, "compare": compare.compare_main,
             "history": compare.history_main}
 
 
-SUBCOMMANDS = ("run", "assets", "kernels", "report", "compare", "history")
+SUBCOMMANDS = ("run", "assets", "twin", "kernels", "report", "compare", "history")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(sub.add_parser("run", help="run the latency cells (the default)"))
     from e2e import assets
     assets.add_args(sub.add_parser("assets", help="fetch and build models and data"))
+    from e2e import twin
+    twin.add_args(sub.add_parser("twin", help="build a random-weight shape twin of a model"))
     sub.add_parser("kernels", help="kernel-level routing and error check (GPU): python -m kernels_check --help",
                    add_help=False)
     _sub_report(sub)

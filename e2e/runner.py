@@ -23,6 +23,7 @@ from e2e.plan import Cell
 from e2e.progress import Progress
 from e2e.server import ServerFailure, ServerSpec, VllmServer, port_in_use
 from e2e.store import CELLS, REQUESTS, RunStore
+from e2e.twin import read_stamp
 
 
 def make_sampler(cfg: Config) -> TokenSampler:
@@ -65,7 +66,8 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
         "started": now(), "ended": None, "status": "running",
         "config": config_to_dict(cfg), "n_cells": len(cells),
         "server_mode": cfg.server.mode,
-        "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of},
+        "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of,
+                  "twin_stamp": read_stamp(Path(cfg.model.path))},
         "arms": arm_info, "host": mf.host(), "gpu": mf.gpu_driver(),
         "git": mf.git_commit(mf.project_root()), "environment": mf.relevant_env(),
         "resumes": [],
