@@ -6,45 +6,231 @@ Contract with e2e/plugin (which runs inside vLLM and imports nothing from the ha
     E2E_ARM=<name>        the arm, recorded in every process's record
     E2E_PATCHES=a,b       patches to apply (built-in names or module:function)
     E2E_RECORD_DIR=<dir>  where each process writes <role>-<pid>.json atomically
+    E2E_ROUTING_MODE      aggregate (default) | per-step | off; set it in the arm's or server's env
+    E2E_FLUSH_S           seconds between record flushes (default 1)
+    PYTHONPATH            prepended with a generated entry-point shim and the project root, so the
+                          plugin loads in any interpreter (another venv, a pip --target install)
+                          without installing the project there; the existing PYTHONPATH is kept.
+    VLLM_PLUGINS          if set (an allow-list), e2e_arms is added to it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from e2e.config import ArmCfg, Config
+from e2e.errors import UserError
+
+ENTRY_POINT = "e2e_arms = e2e.plugin:register"
+PLUGIN_NAME = "e2e_arms"
+# Same distribution name as the installed project: importlib.metadata keeps one distribution per
+# name (the first on sys.path), so where the project is also installed the plugin still loads once.
+SHIM_DIST = "vllm_e2e_bench"
+ROUTING_MODES = ("aggregate", "per-step", "off")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shim_dir(root: Path = PROJECT_ROOT) -> Path:
+    """A folder holding only `<dist>.dist-info/` that declares the plugin's entry point.
+
+    Generated (idempotently) under the temp dir, keyed by the project root, so a clean clone needs
+    no install step and nothing is written into the checkout.
+    """
+    tag = hashlib.sha256(f"{root}\n{ENTRY_POINT}".encode()).hexdigest()[:12]
+    base = Path(tempfile.gettempdir()) / f"vllm-e2e-bench-shim-{os.getuid()}-{tag}"
+    info = base / f"{SHIM_DIST}-0+shim.dist-info"
+    eps = f"[vllm.general_plugins]\n{ENTRY_POINT}\n"
+    meta = f"Metadata-Version: 2.1\nName: {SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
+    if (info / "entry_points.txt").is_file() and (info / "entry_points.txt").read_text() == eps:
+        return base
+    tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=_mkdir(base)))
+    (tmp / "METADATA").write_text(meta)
+    (tmp / "entry_points.txt").write_text(eps)
+    try:
+        os.replace(tmp, info)
+    except OSError:  # another process made it first
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return base
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
 
 
 def plugin_env(arm: ArmCfg, record_dir: Path, cfg: Config) -> dict[str, str]:
-    return {"E2E_PLUGIN": "1", "E2E_ARM": arm.name, "E2E_PATCHES": ",".join(arm.patches),
-            "E2E_RECORD_DIR": str(record_dir)}
+    """Environment that switches the plugin on for this arm's server (merged over the arm's env)."""
+    base = {**os.environ, **cfg.server.env, **arm.env}
+    mode = base.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
+    if mode not in ROUTING_MODES:
+        raise UserError(f"arm {arm.name}: E2E_ROUTING_MODE={mode!r}: use one of {', '.join(ROUTING_MODES)}")
+    paths = [str(shim_dir()), str(PROJECT_ROOT)]
+    old = base.get("PYTHONPATH", "")
+    paths += [p for p in old.split(os.pathsep) if p and p not in paths]
+    env = {"E2E_PLUGIN": "1", "E2E_ARM": arm.name, "E2E_PATCHES": ",".join(arm.patches),
+           "E2E_RECORD_DIR": str(record_dir), "E2E_ROUTING_MODE": mode,
+           "PYTHONPATH": os.pathsep.join(paths)}
+    allow = base.get("VLLM_PLUGINS")
+    if allow is not None and PLUGIN_NAME not in allow.split(","):
+        env["VLLM_PLUGINS"] = ",".join([p for p in allow.split(",") if p] + [PLUGIN_NAME])
+    return env
 
 
+# -- reading the records back ---------------------------------------------------------------------
 def read_records(record_dir: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(Path(record_dir).glob("*.json")):
         try:
             out.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
-            continue  # a record being replaced right now; the atomic rename makes this rare
+            continue  # cannot happen with os.replace; a foreign file is not a record
+    return [r for r in out if str(r.get("schema", "")).startswith("e2e-plugin-record/")]
+
+
+def _fresh_records(record_dir: Path, since: float, wait_s: float | None) -> list[dict[str, Any]]:
+    """Records written after `since` (the processes flush every flush_s); waits for live ones."""
+    recs = read_records(record_dir)
+    limit = wait_s if wait_s is not None else 2.5 * max([r.get("flush_s", 1.0) for r in recs] or [1.0])
+    deadline = time.monotonic() + limit
+    while any(not r.get("final") and r.get("written_unix", 0) < since for r in recs) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+        recs = read_records(record_dir)
+    for r in recs:
+        r["_stale"] = not r.get("final") and r.get("written_unix", 0) < since
+    return recs
+
+
+def _proc_label(r: dict[str, Any]) -> str:
+    rank = r.get("rank")
+    return f"{r.get('role')}{'' if rank is None else f' rank {rank}'} pid {r.get('pid')}"
+
+
+def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> dict[str, Any]:
+    """Fold the per-process records of one server into the cell row's `routing`.
+
+    Counts are cumulative since the server started (a server shared by several cells keeps
+    counting). Per layer class: which paths, how often, in which processes; the gate's answers.
+    """
+    since = time.time()
+    recs = _fresh_records(Path(record_dir), since, wait_s)
+    processes = [{
+        "label": _proc_label(r), "role": r.get("role"), "rank": r.get("rank"), "pid": r.get("pid"),
+        "process_name": r.get("process_name"), "runs_model": r.get("runs_model"),
+        "tp_size": r.get("tp_size"), "patches_requested": r.get("patches_requested"),
+        "patches_applied": r.get("patches_applied"), "gate": r.get("gate"),
+        "vllm_version": r.get("vllm_version"), "plugin_dist": r.get("plugin_dist"),
+        "cudagraph_mode": r.get("cudagraph_mode"), "enforce_eager": r.get("enforce_eager"),
+        "model_steps": r.get("model_steps"), "error": r.get("error"), "stale": r["_stale"],
+        "final": r.get("final"), "hooked": r.get("hooked"),
+    } for r in recs]
+    classes: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        label = _proc_label(r)
+        for key, info in (r.get("layers") or {}).items():
+            c = classes.setdefault(key, {"layer_class": key, "geometry": info.get("geometry"),
+                                         "n_layers": 0, "paths": {}, "kernel_args": {}, "processes": []})
+            c["n_layers"] = max(c["n_layers"], len(info.get("layers") or []))
+            if label not in c["processes"]:
+                c["processes"].append(label)
+        for cnt in r.get("counts") or []:
+            c = classes.setdefault(cnt["layer_class"], {"layer_class": cnt["layer_class"], "geometry": None,
+                                                        "n_layers": 0, "paths": {}, "kernel_args": {},
+                                                        "processes": []})
+            c["paths"][cnt["path"]] = c["paths"].get(cnt["path"], 0) + cnt["n"]
+            if cnt.get("kernel_args"):
+                ka = c["kernel_args"].setdefault(cnt["path"], [])
+                if cnt["kernel_args"] not in ka:
+                    ka.append(cnt["kernel_args"])
+            if label not in c["processes"]:
+                c["processes"].append(label)
+    for c in classes.values():
+        c["path"] = decisive_path(c["paths"])
+    gate: dict[tuple, dict[str, Any]] = {}
+    for r in recs:
+        for g in r.get("gate_calls") or []:
+            k = tuple(json.dumps(g.get(f)) for f in ("layer_class", "qtype", "head_size", "block_size",
+                                                      "gqa_ratio", "sliding_window", "kv_cache_dtype", "answer"))
+            e = gate.setdefault(k, {**{f: g.get(f) for f in g if f not in ("n", "max_seq_len_min",
+                                                                             "max_seq_len_max")},
+                                    "n": 0, "processes": []})
+            e["n"] += g["n"]
+            if _proc_label(r) not in e["processes"]:
+                e["processes"].append(_proc_label(r))
+    notes = sorted({r["counts_note"] for r in recs if r.get("counts_note")})
+    modes = sorted({r.get("routing_mode") for r in recs if r.get("routing_mode")})
+    out = {
+        "arm": arm.name, "patches": list(arm.patches), "n_processes": len(recs), "processes": processes,
+        "layer_classes": sorted(classes.values(), key=lambda c: c["layer_class"]),
+        "gate": list(gate.values()), "counts_since": "server start", "counts_note": notes,
+        "routing_mode": modes, "cudagraph_modes": sorted({str(r.get("cudagraph_mode")) for r in recs
+                                                          if r.get("runs_model")}),
+    }
+    if "per-step" in modes:
+        out["per_step_complete"] = all("FULL" not in str(r.get("cudagraph_mode")) or r.get("enforce_eager")
+                                       for r in recs if r.get("runs_model"))
     return out
 
 
-def fold_records(record_dir: Path, arm: ArmCfg) -> dict[str, Any]:
-    recs = read_records(record_dir)
-    return {"n_processes": len(recs),
-            "processes": [{k: r.get(k) for k in ("role", "rank", "pid", "patches_applied")} for r in recs]}
+def decisive_path(paths: dict[str, int]) -> str | None:
+    """The kernel path a layer class took: the paged-attention kernels when the ROCm dispatch ran,
+    else the attention implementation's forward. Several at once are joined with '+'."""
+    kernels = [p for p in ("rocm_custom_op", "triton_paged_attention_2d") if paths.get(p)]
+    if kernels:
+        return "+".join(kernels)
+    fwd = sorted(p for p in paths if p.startswith("forward:") and paths[p])
+    return "+".join(fwd) or None
 
 
 def patch_problem(routing: dict[str, Any], arm: ArmCfg) -> str | None:
-    """Why the cell cannot be trusted to have run the arm's patches, or None."""
+    """Why the cell cannot be trusted to have run the arm (its patches, in every process), or None.
+
+    Every process that loaded the plugin must have applied all of the arm's patches; a process
+    whose plugin failed is always a problem. With patches, at least one model-running process
+    must have reported, and the model-running ranks must cover the tensor-parallel size they report.
+    """
+    procs = routing.get("processes") or []
+    errors = [f"{p['label']}: {p['error']}" for p in procs if p.get("error")]
+    if errors:
+        return "plugin failed in " + "; ".join(errors)
     if not arm.patches:
         return None
-    missing = [p for p in routing.get("processes", [])
-               if not set(arm.patches) <= set(p.get("patches_applied") or [])]
-    if not routing.get("processes"):
-        return f"no plugin records arrived: patches {list(arm.patches)} not proven applied"
+    want = list(arm.patches)
+    if not procs:
+        return f"no plugin records arrived: patches {want} not proven applied"
+    missing = [p["label"] for p in procs if not set(want) <= set(p.get("patches_applied") or [])]
     if missing:
-        return f"patches {list(arm.patches)} not applied in {[m['role'] for m in missing]}"
+        return f"patches {want} not applied in {', '.join(missing)}"
+    runners = [p for p in procs if p.get("runs_model")]
+    if not runners:
+        return f"patches {want}: no record from a process that runs the model (worker)"
+    size = max((p.get("tp_size") or 1) for p in runners)
+    ranks = {p.get("rank") for p in runners}
+    if len(ranks) < size:
+        return f"patches {want}: records from ranks {sorted(ranks, key=str)} of tensor-parallel size {size}"
     return None
+
+
+def routing_summary(routing: dict[str, Any]) -> list[str]:
+    """A few lines for a person: processes and patches, then each layer class's path and counts."""
+    procs = routing.get("processes") or []
+    lines = [f"arm {routing.get('arm')}: {len(procs)} processes "
+             f"({', '.join(p['label'] for p in procs)}); patches {routing.get('patches')}; "
+             f"graphs {routing.get('cudagraph_modes')}"]
+    for p in procs:
+        if p.get("error") or (routing.get("patches") and set(routing["patches"]) - set(p.get("patches_applied") or [])):
+            lines.append(f"  ! {p['label']}: applied {p.get('patches_applied')} error {p.get('error')}")
+    for c in routing.get("layer_classes") or []:
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(c["paths"].items()))
+        lines.append(f"  {c['layer_class']} x{c['n_layers']}: {c['path']} [{counts}] in {len(c['processes'])} proc")
+    for g in routing.get("gate") or []:
+        lines.append(f"  gate gqa={g.get('gqa_ratio')} head={g.get('head_size')} block={g.get('block_size')} "
+                     f"window={g.get('sliding_window')} -> {g.get('answer')} x{g['n']} in {len(g['processes'])} proc")
+    return lines

@@ -52,6 +52,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
     p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
     p.add_argument("--limit", type=int, help="gsm8k: only the first N questions")
+    p.add_argument("--gsm8k-aa", metavar="ARM", help="gsm8k: also run ARM on a second fresh server (A/A)")
 
 
 def overrides_from_args(a: argparse.Namespace) -> dict[str, Any]:
@@ -171,11 +172,24 @@ def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:
         return 130
     rows = store.cells()
     failed = [r for r in rows if r["status"] != "ok"]
-    store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
     console.print(cells_table(rows, title=f"{cfg.name}: decode ms per token"))
+    verdict = None
+    if cfg.gsm8k.enabled and not a.no_gsm8k:  # the accuracy sign-off, each arm on a fresh server
+        from e2e.gsm8k import run_gsm8k
+        try:
+            g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], a.limit, aa=a.gsm8k_aa,
+                          console=console)
+        except INTERRUPTS:
+            store.update_manifest(status="interrupted", ended=now())
+            console.print(f"interrupted during gsm8k; latency rows are complete in {store.root}")
+            return 130
+        verdict = g["verdict"]
+        store.update_manifest(gsm8k_verdict=verdict)
+        console.print(f"gsm8k sign-off: {verdict} ({store.root / 'gsm8k' / 'gsm8k.md'})")
+    store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
     write_report(store.root)
     console.print(f"report: {store.root / 'report.md'}")
-    return 1 if failed else 0
+    return 1 if failed or verdict not in (None, "pass") else 0
 
 
 def cmd_assets(a: argparse.Namespace) -> int:
@@ -196,13 +210,13 @@ def _sub_compare(sub) -> None:
 
 
 def _handlers() -> dict[str, Any]:
-    from e2e import compare, report, twin
-    return {"run": cmd_run, "assets": cmd_assets, "twin": twin.main,
+    from e2e import compare, gsm8k, report, twin
+    return {"run": cmd_run, "assets": cmd_assets, "twin": twin.main, "gsm8k": gsm8k.main,
             "report": report.report_main, "compare": compare.compare_main,
             "history": compare.history_main}
 
 
-SUBCOMMANDS = ("run", "assets", "twin", "kernels", "report", "compare", "history")
+SUBCOMMANDS = ("run", "assets", "gsm8k", "twin", "kernels", "report", "compare", "history")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(sub.add_parser("run", help="run the latency cells (the default)"))
     from e2e import assets
     assets.add_args(sub.add_parser("assets", help="fetch and build models and data"))
-    from e2e import twin
+    from e2e import gsm8k, twin
+    gsm8k.add_args(sub.add_parser("gsm8k", help="paired gsm8k sign-off of the arms (lm-eval)"))
     twin.add_args(sub.add_parser("twin", help="build a random-weight shape twin of a model"))
     sub.add_parser("kernels", help="kernel-level routing and error check (GPU): python -m kernels_check --help",
                    add_help=False)

@@ -17,7 +17,7 @@ from e2e.errors import UserError
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Built-in patch names; user patches are "module:function" (checked for form only, here).
-BUILTIN_PATCHES = ("widened-gfx11-gate",)
+BUILTIN_PATCHES = ("widened-gfx11-gate", "gate-always-on", "gate-always-off")
 PATCH_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 

@@ -145,8 +145,9 @@ class Runner:
                 if attempt < self.cfg.run.retries:
                     self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
                     continue
+                routing = arms.fold_records(record_dir, arm, wait_s=0)  # keeps a worker's plugin error
                 for cell in remaining:
-                    self._record_failed(cell, tag, log, "; ".join(failures), tail, left)
+                    self._record_failed(cell, tag, log, "; ".join(failures), tail, left, routing)
                 if self.cfg.run.fail_fast:
                     raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {exc}") from None
                 return
@@ -178,13 +179,14 @@ class Runner:
         self.results.append(row)
         self.progress.cell_done(cell, row)
 
-    def _record_failed(self, cell: Cell, tag: str, log: Path, error: str, tail: str, left: list[int]) -> None:
+    def _record_failed(self, cell: Cell, tag: str, log: Path, error: str, tail: str, left: list[int],
+                       routing: dict[str, Any]) -> None:
         row = {"cell_id": cell.cell_id, "attempt": tag, "pass": cell.pass_, "arm": cell.arm,
                "depth": cell.depth, "index": cell.index, "server_key": cell.server_key,
                "status": "failed", "startup_s": None, "decode_ms_per_token": None,
                "server_decode_ms_per_token": None, "error": error, "log_tail": tail,
                "leftover_pids": left, "log_path": str(log.relative_to(self.store.root)),
-               "finished": now()}
+               "routing": routing, "finished": now()}
         self.store.append(CELLS, row)
         self.results.append(row)
         self.progress.cell_done(cell, row)

@@ -1,0 +1,89 @@
+"""The project's vLLM general plugin: arms and routing records inside every vLLM process.
+
+vLLM calls `register()` (entry point `e2e_arms`, group `vllm.general_plugins`) in the API server,
+the engine core and every worker, before model load and graph capture. It does nothing unless
+E2E_PLUGIN=1. Then it reads (see e2e/arms.py, which sets them):
+    E2E_ARM            arm name, written into the record
+    E2E_PATCHES        comma list: built-in patch names or module:function
+    E2E_RECORD_DIR     folder for this process's record (<role>-<pid>.json)
+    E2E_ROUTING_MODE   aggregate (default) | per-step | off
+    E2E_FLUSH_S        seconds between record flushes (default 1)
+
+A patch that cannot be applied raises from register(): vLLM's load_general_plugins does not catch
+exceptions of the plugin function (0.26 and 0.32), so the process - and the server start - fails,
+with "e2e plugin:" and the target and vLLM version in the message (also printed to stderr and
+written into the record, for the log tail and the harness).
+
+Imports only the standard library and vLLM: this runs inside vLLM's environment.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_state: dict = {}
+MODES = ("aggregate", "per-step", "off")
+
+
+def _plugin_dist() -> str | None:
+    """Where the entry point that loaded us was declared (installed dist-info or the arms shim)."""
+    try:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="vllm.general_plugins"):
+            if ep.value.startswith("e2e.plugin"):
+                dist = getattr(ep, "dist", None)
+                return str(getattr(dist, "_path", None) or getattr(dist, "name", None))
+    except Exception as exc:
+        return f"unknown ({exc!r})"
+    return None
+
+
+def register() -> None:
+    """vLLM general-plugin entry point. Idempotent within a process."""
+    if os.environ.get("E2E_PLUGIN") != "1" or _state.get("registered"):
+        return
+    _state["registered"] = True
+    from e2e.plugin import patches, routing
+
+    mode = os.environ.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
+    record_dir = os.environ.get("E2E_RECORD_DIR") or None
+    rec = routing.Recorder(Path(record_dir) if record_dir else None, os.environ.get("E2E_ARM", ""),
+                           mode if mode in MODES else "aggregate",
+                           float(os.environ.get("E2E_FLUSH_S") or 1.0))
+    _state["recorder"] = rec
+    requested = [p.strip() for p in os.environ.get("E2E_PATCHES", "").split(",") if p.strip()]
+    rec.extra.update({"vllm_version": patches.vllm_version(), "plugin_file": __file__,
+                      "plugin_dist": _plugin_dist(), "patches_requested": requested,
+                      "patches_applied": [], "patch_details": {}, "error": None})
+    if mode not in MODES:
+        _fail(rec, f"E2E_ROUTING_MODE={mode!r}: use one of {', '.join(MODES)}")
+    if mode != "off":
+        rec.install()
+    try:
+        for name in requested:
+            patches.apply_patches([name])
+            rec.extra["patches_applied"].append(name)
+            rec.extra["patch_details"][name] = patches.APPLIED[name]
+    except Exception as exc:
+        _fail(rec, str(exc) if isinstance(exc, patches.PatchError) else f"{type(exc).__name__}: {exc}",
+              exc)
+    rec.write()
+    rec.start_flushing()
+
+
+def _fail(rec, message: str, cause: BaseException | None = None) -> None:
+    role = f"{rec.role} pid {rec.pid}"
+    msg = f"e2e plugin: {message} [{role}, arm {rec.arm!r}]"
+    rec.extra["error"] = msg
+    try:
+        rec.write(final=True)
+    finally:
+        print(msg, file=sys.stderr, flush=True)
+    raise RuntimeError(msg) from cause
+
+
+def recorder():
+    """This process's recorder, or None when the plugin is off (for tests and kernels_check)."""
+    return _state.get("recorder")

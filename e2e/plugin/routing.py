@@ -1,0 +1,449 @@
+"""Per-process routing recorder: which attention path each layer class took, counted in-process.
+
+What is counted (a dict increment per call; nothing is synchronised with the device):
+  forward:<ImplClass>         the attention implementation's forward, per layer class (any backend:
+                              FlashAttentionImpl, TritonAttentionImpl, RocmAttentionImpl,
+                              CPUAttentionBackendImpl, ...), hooked on the class of every layer's impl
+  rocm_custom_op              vllm._custom_ops.paged_attention_rocm (the custom ROCm kernel)
+  triton_paged_attention_2d   launches of kernel_paged_attention_2d in chunked_prefill_paged_decode
+  gate                        use_rocm_custom_paged_attention's answer with its arguments
+Kernel counts are keyed by the layer class whose forward was running, and by the kernel's own
+arguments (head size, block size, heads, window, dtypes). A layer class is the layer geometry plus
+the implementation: head size, q/kv heads, sliding window, dtypes, block size.
+
+CUDA graphs: a replayed graph runs no Python, so under FULL / FULL_AND_PIECEWISE graphs the counts
+come from graph capture and eager steps only. With --enforce-eager or cudagraph_mode PIECEWISE the
+attention runs eagerly on every step and the counts are per step; the record says which applied.
+
+The record is JSON, written atomically (tmp file + os.replace) every E2E_FLUSH_S seconds by a daemon
+thread and at exit, so a killed worker still leaves its counts.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e.plugin import hooks
+
+SCHEMA = "e2e-plugin-record/1"
+ATTN_MODULE = "vllm.model_executor.layers.attention.attention"
+OPS_MODULE = "vllm._custom_ops"
+DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
+RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+MAX_STEPS = 20000  # per-step mode keeps at most this many steps with attention calls
+NO_LAYER = "-"     # kernel called outside any hooked attention forward
+
+GRAPH_NOTE_FULL = ("CUDA graphs with FULL capture are on: replayed steps run no Python, so these "
+                   "counts come from graph capture and eager steps, not from every step")
+GRAPH_NOTE_EAGER = "attention ran eagerly on every step (no full CUDA graphs): counts are per step"
+
+
+def process_role() -> tuple[str, int | None]:
+    """(role, local rank if named) from the process name vLLM gives its processes."""
+    name = multiprocessing.current_process().name
+    if name.startswith("VllmWorker"):
+        tail = name.rsplit("-", 1)[-1]
+        return "Worker", int(tail) if tail.isdigit() else None
+    if name.startswith("EngineCore"):
+        return "EngineCore", None
+    if name.startswith("ApiServer") or name.startswith("APIServer"):
+        return "APIServer", None
+    if name == "MainProcess":
+        argv = " ".join(sys.argv[:3])
+        if "api_server" in argv or "serve" in argv or "cli.main" in argv or "cli/main" in argv:
+            return "APIServer", None
+        return "Helper", None
+    return name, None
+
+
+def _dtype(x: Any) -> str | None:
+    if x is None:
+        return None
+    return str(x).removeprefix("torch.")
+
+
+def _window(sw: Any) -> Any:
+    if sw is None or sw == 0 or sw == (-1, -1) or sw == -1:
+        return None
+    return list(sw) if isinstance(sw, tuple) else sw
+
+
+class Recorder:
+    def __init__(self, record_dir: Path | None, arm: str, mode: str = "aggregate",
+                 flush_s: float = 1.0) -> None:
+        self.record_dir = Path(record_dir) if record_dir else None
+        self.arm = arm
+        self.mode = mode
+        self.per_step = mode == "per-step"
+        self.flush_s = flush_s
+        self.role, self.rank = process_role()
+        self.pid = os.getpid()
+        self.started = time.time()
+        self.counts: dict[tuple[str, str, str], int] = {}      # (layer class, path, kernel args) -> n
+        self.gate: dict[tuple, list] = {}                       # (layer class, args, answer) -> [n, min, max]
+        self.layers: dict[str, dict[str, Any]] = {}             # layer class -> geometry + layer names
+        self.layer_keys: dict[int, str] = {}                    # id(Attention layer) -> layer class
+        self.current = NO_LAYER                                 # layer class whose forward is running
+        self.steps: list[list] = []
+        self.step_counts: dict[str, int] = {}
+        self.n_steps = 0
+        self.steps_dropped = 0
+        self.info: dict[str, Any] = {}                          # graph mode, ranks, block size, ...
+        self.hooked: dict[str, str] = {}                        # what got hooked here, and how
+        self.extra: dict[str, Any] = {}                         # filled by the plugin (patches, ...)
+        self._cache_config: Any = None
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # -- counting (hot path: keep to dict operations) -------------------------------------------
+    def count(self, path: str, args: str = "") -> None:
+        key = (self.current, path, args)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if self.per_step:
+            sk = f"{self.current}|{path}"
+            self.step_counts[sk] = self.step_counts.get(sk, 0) + 1
+
+    def gate_call(self, args: tuple, kwargs: dict, answer: bool) -> None:
+        a = list(args) + [None] * (9 - len(args))
+        names = ("qtype", "head_size", "block_size", "gqa_ratio", "max_seq_len", "sliding_window",
+                 "kv_cache_dtype", "alibi_slopes", "sinks")
+        for i, n in enumerate(names):
+            if n in kwargs:
+                a[i] = kwargs[n]
+        max_seq = a[4]
+        sw = a[5]
+        key = (self.current, _dtype(a[0]), a[1], a[2], a[3],
+               list(sw) if isinstance(sw, tuple) else sw, a[6], a[7] is None, a[8] is None, bool(answer))
+        key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
+        v = self.gate.get(key)
+        if v is None:
+            self.gate[key] = [1, max_seq, max_seq]
+        else:
+            v[0] += 1
+            if max_seq is not None:
+                v[1] = max_seq if v[1] is None else min(v[1], max_seq)
+                v[2] = max_seq if v[2] is None else max(v[2], max_seq)
+        if self.per_step:
+            sk = f"{self.current}|gate:{bool(answer)}"
+            self.step_counts[sk] = self.step_counts.get(sk, 0) + 1
+
+    def end_step(self) -> None:
+        self.n_steps += 1
+        if self.per_step and self.step_counts:
+            if len(self.steps) < MAX_STEPS:
+                self.steps.append([self.n_steps, self.step_counts])
+            else:
+                self.steps_dropped += 1
+            self.step_counts = {}
+
+    # -- layer census ---------------------------------------------------------------------------
+    def layer_class(self, layer: Any, impl: Any, kv_cache: Any) -> str:
+        """The layer class of an Attention layer, computed once per layer (first forward)."""
+        key = self.layer_keys.get(id(layer))
+        if key is not None:
+            return key
+        g = {
+            "impl": type(impl).__name__,
+            "backend": _backend_name(layer),
+            "head_size": getattr(layer, "head_size", None),
+            "num_heads": getattr(layer, "num_heads", None),
+            "num_kv_heads": getattr(layer, "num_kv_heads", None),
+            "sliding_window": _window(getattr(layer, "sliding_window", None)),
+            "dtype": _dtype(getattr(layer, "dtype", None)),
+            "kv_cache_dtype": getattr(layer, "kv_cache_dtype", None),
+            "block_size": getattr(self._cache_config, "block_size", None),
+        }
+        shape = list(getattr(kv_cache, "shape", []) or [])
+        key = (f"{g['impl']} h{g['head_size']} q{g['num_heads']}/kv{g['num_kv_heads']} "
+               f"sw{g['sliding_window'] or '-'} bs{g['block_size']} {g['dtype']} kv:{g['kv_cache_dtype']}")
+        entry = self.layers.setdefault(key, {"geometry": g, "kv_cache_shape": shape, "layers": []})
+        name = getattr(layer, "layer_name", None) or f"id{id(layer)}"
+        if name not in entry["layers"]:
+            entry["layers"].append(name)
+        # Profiling runs come before the KV cache exists (and before the final block size):
+        # remember the class only once a real cache is there.
+        if _numel(kv_cache) > 0:
+            entry["kv_cache_shape"] = shape
+            self.layer_keys[id(layer)] = key
+        return key
+
+    def note_layer_built(self, layer: Any) -> None:
+        """Attention.__init__ ran: the model is built in this process; read its config once."""
+        self.info.setdefault("layers_built", 0)
+        self.info["layers_built"] += 1
+        if self._cache_config is not None:
+            return
+        try:
+            from vllm.config import get_current_vllm_config
+
+            c = get_current_vllm_config()
+            self._cache_config = c.cache_config
+            cc = c.compilation_config
+            mode = getattr(cc, "cudagraph_mode", None)
+            self.info["cudagraph_mode"] = getattr(mode, "name", None) or (str(mode) if mode is not None else None)
+            self.info["enforce_eager"] = bool(getattr(c.model_config, "enforce_eager", False))
+            self.info["compilation_mode"] = str(getattr(cc, "mode", getattr(cc, "level", None)))
+        except Exception as exc:  # the record says what could not be read
+            self.info["config_error"] = repr(exc)
+        try:
+            from vllm.distributed import parallel_state as ps
+
+            self.info["tp_rank"] = ps.get_tensor_model_parallel_rank()
+            self.info["tp_size"] = ps.get_tensor_model_parallel_world_size()
+            self.info["pp_rank"] = ps.get_pp_group().rank_in_group
+            self.info["pp_size"] = ps.get_pp_group().world_size
+        except Exception as exc:
+            self.info["rank_error"] = repr(exc)
+
+    # -- the record -----------------------------------------------------------------------------
+    def graph_note(self) -> str | None:
+        mode = self.info.get("cudagraph_mode")
+        if mode is None:
+            return None
+        if self.info.get("enforce_eager") or "FULL" not in str(mode):
+            return GRAPH_NOTE_EAGER
+        return GRAPH_NOTE_FULL
+
+    def snapshot(self, final: bool = False) -> dict[str, Any]:
+        from e2e.plugin import patches
+
+        counts = dict(self.counts)
+        gate = dict(self.gate)
+        self._seq += 1
+        rec = {
+            "schema": SCHEMA, "arm": self.arm, "role": self.role, "rank": self.info.get("tp_rank", self.rank),
+            "local_rank": self.rank, "pid": self.pid, "process_name": multiprocessing.current_process().name,
+            "argv": sys.argv[:4], "python": sys.version.split()[0], "executable": sys.executable,
+            "routing_mode": self.mode, "runs_model": bool(self.layers or self.info.get("layers_built") or self.n_steps),
+            **self.info, "counts_note": self.graph_note(),
+            **self.extra,
+            "gate": patches.gate_state(),
+            "hooked": dict(self.hooked), "pending_hooks": hooks.pending(),
+            "model_steps": self.n_steps,
+            "layers": {k: {**v, "layers": list(v["layers"])} for k, v in dict(self.layers).items()},
+            "counts": [{"layer_class": k[0], "path": k[1], "kernel_args": k[2], "n": n}
+                       for k, n in sorted(counts.items())],
+            "gate_calls": [{"layer_class": k[0], "qtype": k[1], "head_size": k[2], "block_size": k[3],
+                            "gqa_ratio": k[4], "sliding_window": list(k[5]) if isinstance(k[5], tuple) else k[5],
+                            "kv_cache_dtype": k[6], "alibi_none": k[7], "sinks_none": k[8],
+                            "answer": k[9], "n": v[0], "max_seq_len_min": v[1], "max_seq_len_max": v[2]}
+                           for k, v in gate.items()],
+            "started_unix": self.started, "written_unix": time.time(), "seq": self._seq, "final": final,
+            "flush_s": self.flush_s,
+        }
+        if self.per_step:
+            rec["steps"] = [[s, dict(c)] for s, c in list(self.steps)]
+            rec["steps_dropped"] = self.steps_dropped
+        return rec
+
+    def write(self, final: bool = False) -> Path | None:
+        if self.record_dir is None:
+            return None
+        with self._lock:
+            rec = self.snapshot(final)
+            self.record_dir.mkdir(parents=True, exist_ok=True)
+            path = self.record_dir / f"{self.role}-{self.pid}.json"
+            tmp = path.with_name(f".{path.name}.tmp")
+            with open(tmp, "w") as f:
+                json.dump(rec, f, default=str)
+            os.replace(tmp, path)
+            return path
+
+    def start_flushing(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.flush_s):
+                try:
+                    self.write()
+                except Exception as exc:  # never take vLLM down for a record; say so once
+                    self.info["flush_error"] = repr(exc)
+        threading.Thread(target=loop, name="e2e-routing-flush", daemon=True).start()
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        self._stop.set()
+        try:
+            self.write(final=True)
+        except Exception:
+            pass
+
+    # -- hooks into vLLM ------------------------------------------------------------------------
+    def install(self) -> None:
+        """Attach the counters as vLLM imports the modules concerned (see hooks.py for why lazily)."""
+        from e2e.plugin import patches
+
+        patches.GATE.observer = self.gate_call
+        patches.arm_gate()
+        self.hooked["gate"] = "on import of " + patches.GATE_MODULE
+        hooks.when_imported(ATTN_MODULE, self._hook_attention)
+        hooks.when_imported(OPS_MODULE, self._hook_custom_op)
+        hooks.when_imported(DISPATCH_MODULE, self._hook_triton_2d)
+        hooks.when_imported(RUNNER_MODULE, self._hook_runner)
+
+    def _hook_attention(self, mod: Any) -> None:
+        cls = getattr(mod, "Attention", None)
+        if cls is None or getattr(cls.__init__, "_e2e", False):
+            self.hooked["attention"] = "missing: no Attention class" if cls is None else "already"
+            return
+        orig_init = cls.__init__
+        rec = self
+
+        @functools.wraps(orig_init)
+        def __init__(self, *args, **kwargs):
+            orig_init(self, *args, **kwargs)
+            rec.note_layer_built(self)
+            impl = getattr(self, "impl", None)
+            if impl is not None:
+                rec._hook_impl_class(type(impl))
+
+        __init__._e2e = True  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+        self.hooked["attention"] = f"{mod.__name__}.Attention.__init__"
+
+    def _hook_impl_class(self, cls: type) -> None:
+        fwd = cls.__dict__.get("forward")
+        if fwd is None:  # inherited: hook where it is defined, once
+            for base in cls.__mro__[1:]:
+                if "forward" in base.__dict__:
+                    cls = base
+                    fwd = base.__dict__["forward"]
+                    break
+        if fwd is None or getattr(fwd, "_e2e", False):
+            return
+        rec = self
+        path = f"forward:{cls.__name__}"
+
+        @functools.wraps(fwd)
+        def forward(self, layer, query, key, value, kv_cache, *args, **kwargs):
+            md = args[0] if args else kwargs.get("attn_metadata")
+            if md is None:  # profiling / dummy run: the implementation computes nothing
+                return fwd(self, layer, query, key, value, kv_cache, *args, **kwargs)
+            prev = rec.current
+            rec.current = rec.layer_keys.get(id(layer)) or rec.layer_class(layer, self, kv_cache)
+            rec.count(path)
+            try:
+                return fwd(self, layer, query, key, value, kv_cache, *args, **kwargs)
+            finally:
+                rec.current = prev
+
+        forward._e2e = True  # type: ignore[attr-defined]
+        cls.forward = forward
+        self.hooked[path] = f"{cls.__module__}.{cls.__name__}.forward"
+
+    def _hook_custom_op(self, mod: Any) -> None:
+        fn = getattr(mod, "paged_attention_rocm", None)
+        if fn is None:
+            self.hooked["rocm_custom_op"] = "missing in this vLLM"
+            return
+        if getattr(fn, "_e2e", False):
+            return
+        rec = self
+
+        @functools.wraps(fn)
+        def paged_attention_rocm(*args, **kwargs):
+            rec.count("rocm_custom_op", _custom_op_args(args, kwargs))
+            return fn(*args, **kwargs)
+
+        paged_attention_rocm._e2e = True  # type: ignore[attr-defined]
+        mod.paged_attention_rocm = paged_attention_rocm
+        self.hooked["rocm_custom_op"] = f"{mod.__name__}.paged_attention_rocm"
+
+    def _hook_triton_2d(self, mod: Any) -> None:
+        kern = getattr(mod, "kernel_paged_attention_2d", None)
+        if kern is None:
+            self.hooked["triton_paged_attention_2d"] = "missing in this vLLM"
+            return
+        if isinstance(kern, _CountedKernel):
+            return
+        mod.kernel_paged_attention_2d = _CountedKernel(kern, self, "triton_paged_attention_2d")
+        self.hooked["triton_paged_attention_2d"] = f"{mod.__name__}.kernel_paged_attention_2d"
+
+    def _hook_runner(self, mod: Any) -> None:
+        cls = getattr(mod, "GPUModelRunner", None)
+        fn = getattr(cls, "execute_model", None) if cls is not None else None
+        if fn is None or getattr(fn, "_e2e", False):
+            self.hooked["steps"] = "missing: GPUModelRunner.execute_model" if fn is None else "already"
+            return
+        rec = self
+
+        @functools.wraps(fn)
+        def execute_model(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                rec.end_step()
+
+        execute_model._e2e = True  # type: ignore[attr-defined]
+        cls.execute_model = execute_model
+        self.hooked["steps"] = f"{mod.__name__}.GPUModelRunner.execute_model"
+
+
+def _numel(t: Any) -> int:
+    try:
+        return int(t.numel())
+    except Exception:
+        return 0
+
+
+def _backend_name(layer: Any) -> str | None:
+    b = getattr(layer, "attn_backend", None)
+    try:
+        return b.get_name() if b is not None else None
+    except Exception:
+        return getattr(b, "__name__", None)
+
+
+def _custom_op_args(args: tuple, kwargs: dict) -> str:
+    # paged_attention_rocm(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
+    #                      num_kv_heads, scale, block_tables, seq_lens, query_start_loc, block_size, ...)
+    try:
+        q = args[4] if len(args) > 4 else kwargs.get("query")
+        kvh = args[7] if len(args) > 7 else kwargs.get("num_kv_heads")
+        bs = kwargs.get("block_size", args[12] if len(args) > 12 else None)
+        kvd = kwargs.get("kv_cache_dtype", args[14] if len(args) > 14 else None)
+        return f"h{q.shape[2]} q{q.shape[1]}/kv{kvh} bs{bs} {_dtype(q.dtype)} kv:{kvd}"
+    except Exception:
+        return "?"
+
+
+class _CountedKernel:
+    """Stands in for a Triton JITFunction: `kernel[grid](...)` counts, then launches the real one."""
+
+    def __init__(self, kernel: Any, rec: Recorder, path: str) -> None:
+        self._kernel = kernel
+        self._rec = rec
+        self._path = path
+
+    def __getitem__(self, grid: Any):
+        launch = self._kernel[grid]
+        rec, path = self._rec, self._path
+
+        def counted(*args, **kwargs):
+            rec.count(path, _triton_args(kwargs))
+            return launch(*args, **kwargs)
+
+        return counted
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._kernel, item)
+
+
+def _triton_args(kw: dict) -> str:
+    try:
+        q = kw["query_ptr"]
+        kv = kw.get("key_cache_ptr")
+        sw = kw.get("SLIDING_WINDOW") or "-"
+        return (f"h{kw.get('HEAD_SIZE')} q{kw.get('num_query_heads')}/kv"
+                f"{kw.get('num_query_heads', 0) // max(1, kw.get('num_queries_per_kv', 1))} "
+                f"bs{kw.get('PHYSICAL_BLOCK_SIZE', kw.get('BLOCK_SIZE'))} sw{sw} {_dtype(q.dtype)} "
+                f"kv:{_dtype(getattr(kv, 'dtype', None))}")
+    except Exception:
+        return "?"
