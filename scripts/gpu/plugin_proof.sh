@@ -58,7 +58,7 @@ EOF
 fi
 
 ROOT_OUT=${OUT:-results}
-RUN_ID=plugin-proof-$(date +%Y%m%d-%H%M%S)-tp$TP
+RUN_ID=${RUN_ID:-plugin-proof-$(date +%Y%m%d-%H%M%S)-tp$TP}
 set +e
 python3 run_e2e.py --config configs/h200-plugin-proof.toml --model "$MODEL_DIR" --tp "$TP" \
   --out "$ROOT_OUT" --run-id "$RUN_ID" --no-progress

@@ -19,5 +19,4 @@ if [ "$N" = 3 ]; then
   cp "$D/gsm8k/test.jsonl" assets/gsm8k/test.jsonl
   python3 run_e2e.py assets smollm2 2>&1 | tail -1      # checks the GGUF's pinned sha256, converts
   python3 run_e2e.py assets gsm8k                        # checks test.jsonl's pinned sha256
-  python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.device_count(), 'GPUs')"
 fi
