@@ -288,7 +288,7 @@ def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: li
         spec = server_spec(cfg, arm, record_dir)
         log = unit_dir / f"server.a{attempt}.log"
         server = VllmServer(spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s)
-        rec["server"] = {"argv": mf.redact_args(server.redacted_argv()),
+        rec["server"] = {"argv": mf.redact_args(server.argv),
                          "env": mf.redact_env(dict(spec.env)), "log": log.name}
         cache = Path(tempfile.mkdtemp(prefix="e2e-gsm8k-hf-"))
         try:

@@ -56,7 +56,8 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
     for a in cfg.arms:
         spec = server_spec(cfg, a, Path("<cell-dir>"))
         arm_info[a.name] = {
-            "server_argv": mf.redact_args(spec.argv(0, "<api-key>")),
+            "server_argv": mf.redact_args(spec.argv(0)),
+            "api_key": "random per server, passed as VLLM_API_KEY (never in argv or logs)",
             "env": mf.redact_env({k: v for k, v in spec.env.items()}),
             "patches": list(a.patches),
             "installation": installs[pythons[a.name]],

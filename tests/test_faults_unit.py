@@ -164,9 +164,9 @@ def test_bad_config_exits_2_and_starts_nothing(tmp_path, capsys, in_root):
 # -- security -----------------------------------------------------------------------------------
 def test_server_argv_binds_loopback_with_a_key_and_no_shell():
     spec = ServerSpec(python="py", model="m; rm -rf /", extra_args=("--x", "$(evil)"))
-    argv = spec.argv(1234, "k")
+    argv = spec.argv(1234)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
-    assert argv[argv.index("--api-key") + 1] == "k"
+    assert "--api-key" not in argv
     assert "m; rm -rf /" in argv and "$(evil)" in argv  # passed as single arguments, never parsed
 
 
