@@ -111,6 +111,49 @@ class RunAnalysis:
             out.append(row)
         return out
 
+    def startup_table(self) -> list[dict[str, Any]]:
+        """Per arm: server starts in run order. The first start of an arm fills its compile cache;
+        later starts reuse it (server.compile_cache = per-arm), so first - median(later) is the time
+        the cache saved per start (cells sharing a server record startup 0 and are left out)."""
+        out = []
+        for arm in dict.fromkeys(c["arm"] for c in self.cell_rows.values()):
+            starts = [float(c["startup_s"]) for c in sorted(self.cell_rows.values(), key=lambda c: c.get("index", 0))
+                      if c["arm"] == arm and c.get("status") == "ok" and c.get("startup_s")]
+            later = sorted(starts[1:])
+            med = later[len(later) // 2] if later else None
+            out.append({"arm": arm, "starts": len(starts), "first_s": starts[0] if starts else None,
+                        "later_median_s": med,
+                        "saved_per_start_s": (starts[0] - med) if starts and med is not None else None})
+        return out
+
+    def routing_table(self) -> list[dict[str, Any]]:
+        """The run's routing summary from the cells' plugin records: per arm and layer class, which
+        attention path it took, on how many layers, in which processes (and the gate's answers).
+        Arms whose cells agree collapse to one row; a disagreement between cells shows as two rows."""
+        rows: dict[tuple, dict[str, Any]] = {}
+        for cid, c in self.cell_rows.items():
+            r = c.get("routing")
+            if not isinstance(r, dict):
+                continue
+            for lc in r.get("layer_classes") or []:
+                key = (c["arm"], "layers", lc["layer_class"], lc.get("path"), lc.get("n_layers"))
+                row = rows.setdefault(key, {"arm": c["arm"], "kind": "layer class", "what": lc["layer_class"],
+                                            "path": lc.get("path"), "n_layers": lc.get("n_layers"),
+                                            "processes": set(), "cells": [],
+                                            "graphs": sorted(set(r.get("cudagraph_modes") or []))})
+                row["processes"].update(p.split(" pid ")[0] for p in lc.get("processes") or [])
+                row["cells"].append(cid)
+            for g in r.get("gate") or []:
+                what = (f"gate(gqa={g.get('gqa_ratio')}, head={g.get('head_size')}, block={g.get('block_size')}, "
+                        f"window={g.get('sliding_window')})")
+                key = (c["arm"], "gate", what, g.get("answer"), None)
+                row = rows.setdefault(key, {"arm": c["arm"], "kind": "gate", "what": what,
+                                            "path": f"answer {g.get('answer')}", "n_layers": None,
+                                            "processes": set(), "cells": [], "graphs": []})
+                row["processes"].update(p.split(" pid ")[0] for p in g.get("processes") or [])
+                row["cells"].append(cid)
+        return [{**v, "processes": sorted(v["processes"])} for v in rows.values()]
+
     def arm_table(self) -> list[dict[str, Any]]:
         """Per arm and depth: the passes' estimates and their geometric mean."""
         out = []

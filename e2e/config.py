@@ -52,6 +52,10 @@ class ServerCfg(_Frozen):
     # "fresh": one server per cell (default; server instances differ).
     # "per-arm-pass": one server for all depths of an arm within a pass (fewer starts).
     mode: Literal["fresh", "per-arm-pass"] = "fresh"
+    # vLLM's compile cache (VLLM_CACHE_ROOT): "per-arm" = one per arm and interpreter inside the run
+    # folder, reused by that arm's later cells, never shared across arms (a patch can change what is
+    # compiled); "vllm-default" = whatever the environment says (shared by every arm).
+    compile_cache: Literal["per-arm", "vllm-default"] = "per-arm"
 
 
 class WorkloadCfg(_Frozen):

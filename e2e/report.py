@@ -73,6 +73,7 @@ def gsm8k_summaries(run_dir: Path) -> list[tuple[Path, Any]]:
 def summary(a: RunAnalysis) -> dict[str, Any]:
     return {"schema_version": stats.SCHEMA_VERSION, "kind": "e2e-run-summary", "run": run_facts(a),
             "cells": a.cell_table(), "arms": a.arm_table(), "comparisons": a.comparisons,
+            "routing": a.routing_table(), "startups": a.startup_table(),
             "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
             "roofline": a.roofline, "warnings": a.warnings}
 
@@ -252,19 +253,31 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
                                   for arm, v in e.get("measured_over_floor", {}).items() if v) or "-"]
                        for d, e in rf["per_depth"].items()]), ""]
 
+    starts = s.get("startups") or []
+    if any(r["starts"] for r in starts):
+        f = lambda x: "-" if x is None else f"{x:.1f}"
+        md += ["## Server starts", "",
+               f"Compile cache: `{(a.manifest.get('config') or {}).get('server', {}).get('compile_cache', 'vllm-default (not recorded: the run predates the setting)')}` "
+               "(per-arm: each arm's later starts reuse what its first start compiled; never across arms).", "",
+               _table(["arm", "starts", "first s", "later median s", "saved per start s"],
+                      [[r["arm"], str(r["starts"]), f(r["first_s"]), f(r["later_median_s"]), f(r["saved_per_start_s"])]
+                       for r in starts]), ""]
     md += ["## Routing (recorded inside the vLLM processes)", ""]
-    for cid, c in a.cell_rows.items():
-        r = c.get("routing")
-        if r is None:
-            continue
-        line = f"- `{cid}`: "
-        if isinstance(r, dict) and r.get("summary") is not None:
-            line += f"**{r['summary']}**; "
-        detail = json.dumps({k: v for k, v in r.items() if k != "summary"} if isinstance(r, dict) else r,
-                            default=str)
-        line += f"`{detail[:400]}{'...' if len(detail) > 400 else ''}`"
-        md.append(line)
-    md.append("")
+    routing = s.get("routing") or []
+    if routing:
+        md += ["Counted by the project's plugin in every vLLM process (per-process records in "
+               "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
+               "graphs, counts come from capture and eager steps, not from replays.", "",
+               _table(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
+                      [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
+                        ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
+                       for r in routing]), ""]
+    notes = [f"- `{cid}`: {c['routing']['summary']}" for cid, c in a.cell_rows.items()
+             if isinstance(c.get("routing"), dict) and c["routing"].get("summary")]
+    if notes:  # a record that carries its own one-line summary
+        md += notes + [""]
+    if not routing and not notes:
+        md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
 
     gs = s.get("gsm8k") or []
     if gs:

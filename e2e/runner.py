@@ -6,6 +6,7 @@ repeated, the rest run from scratch on a fresh server.
 """
 from __future__ import annotations
 
+import hashlib
 import secrets
 import signal
 import sys
@@ -35,9 +36,19 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None) -> ServerSpec:
+def compile_cache_env(cfg: Config, arm: ArmCfg, run_root: Path) -> dict[str, str]:
+    """One vLLM cache root per arm and interpreter: an arm's later cells reuse its compiled graphs
+    (cheaper starts), but no arm ever loads what another arm compiled."""
+    if cfg.server.compile_cache != "per-arm":
+        return {}
+    python = arm.python or cfg.server.python or sys.executable
+    tag = hashlib.sha256(python.encode()).hexdigest()[:8]
+    return {"VLLM_CACHE_ROOT": str(Path(run_root).resolve() / "vllm-cache" / f"{arm.name}-{tag}")}
+
+
+def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Path | None = None) -> ServerSpec:
     s = cfg.server
-    env = {**s.env, **arm.env}
+    env = {**(compile_cache_env(cfg, arm, run_root) if run_root else {}), **s.env, **arm.env}
     if record_dir is not None:
         env.update(arms.plugin_env(arm, record_dir, cfg))
     return ServerSpec(
@@ -120,7 +131,7 @@ class Runner:
             tag = f"{attempt}-{secrets.token_hex(3)}"
             log = self.store.log_path(f"{group[0].server_key}.a{attempt}")
             record_dir = self.store.cell_dir(group[0].server_key) / f"records-a{attempt}"
-            spec = server_spec(self.cfg, arm, record_dir)
+            spec = server_spec(self.cfg, arm, record_dir, self.store.root)
             # A tag in every server process's environment: leak checks find them by it.
             spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{group[0].server_key}"
             server = VllmServer(spec, log, self.cfg.server.startup_timeout_s, self.cfg.server.stop_timeout_s)

@@ -1,6 +1,6 @@
 """Intervals, tests and decisions for decode ms per token. Pure: numbers in, numbers out, no I/O.
 
-What the answers mean (docs/statistics.md says it at length):
+What the answers mean (README.md, "Statistics", says it at length):
 
 * A cell is one server at one depth. Its estimate is e2e.estimate's differenced medians,
   (median T_long - median T_short) / (long - short) in ms per token.

@@ -65,3 +65,18 @@ def test_dry_run_table_starts_nothing(capsys, in_root):
     assert main(["--order", "widened-first", "--dry-run", "--depths", "1024"]) == 0
     out = capsys.readouterr().out
     assert "p1-d1024-widened" in out and "p1-d1024-stock" in out
+
+
+def test_compile_cache_is_per_arm_and_interpreter(tmp_path):
+    from e2e.config import parse_config
+    from e2e.runner import server_spec
+
+    c = parse_config({"model": {"path": "m"}, "workload": {"depths": [16]},
+                      "arms": [{"name": "a"}, {"name": "b"}, {"name": "c", "python": "/other/python"},
+                               {"name": "d", "env": {"VLLM_CACHE_ROOT": "/mine"}}]})
+    root = {a.name: server_spec(c, a, None, tmp_path).env.get("VLLM_CACHE_ROOT") for a in c.arms}
+    assert root["a"] == server_spec(c, c.arm("a"), None, tmp_path).env["VLLM_CACHE_ROOT"]  # reused
+    assert len({root["a"], root["b"], root["c"]}) == 3 and all(str(tmp_path) in root[x] for x in "abc")
+    assert root["d"] == "/mine"  # an arm's own setting wins
+    shared = parse_config({**c.model_dump(mode="json"), "server": {"compile_cache": "vllm-default"}})
+    assert "VLLM_CACHE_ROOT" not in server_spec(shared, shared.arm("a"), None, tmp_path).env

@@ -207,3 +207,29 @@ def test_history_orders_by_version_and_decides_steps(tmp_path):
 def test_version_order_is_numeric_and_release_after_rc():
     vs = ["0.27.1", "0.9.2", "0.26.0", "0.26.0rc1", None, "0.10.1+cpu"]
     assert sorted(vs, key=compare._version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]
+
+
+def test_routing_summary_per_arm_and_layer_class(tmp_path):
+    """The run's summary says, per arm and layer class, which path it took and in which processes;
+    cells that disagree for one arm show as separate rows (never merged into one answer)."""
+    root = make_run(tmp_path / "r", {"stock": 10.0, "widened": 10.0}, depths=(1024,), passes=1)
+
+    def rec(path, n):
+        return {"layer_classes": [{"layer_class": "RocmAttentionImpl h128 q16/kv8 sw- bs16", "n_layers": n,
+                                   "path": path, "processes": ["Worker rank 0 pid 1", "Worker rank 1 pid 2"]}],
+                "gate": [{"gqa_ratio": 2, "head_size": 128, "block_size": 16, "sliding_window": 0,
+                          "answer": path == "rocm_custom_op", "processes": ["Worker rank 0 pid 1"]}],
+                "cudagraph_modes": ["FULL_AND_PIECEWISE"]}
+    rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
+    rows[0]["routing"] = rec("triton_paged_attention_2d", 10)
+    rows[1]["routing"] = rec("rocm_custom_op", 10)
+    (root / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report.write_report(root)
+    s = json.loads((root / "summary.json").read_text())
+    layers = {(r["arm"], r["path"]): r for r in s["routing"] if r["kind"] == "layer class"}
+    assert set(layers) == {("stock", "triton_paged_attention_2d"), ("widened", "rocm_custom_op")}
+    assert layers[("widened", "rocm_custom_op")]["processes"] == ["Worker rank 0", "Worker rank 1"]
+    gates = {(r["arm"], r["path"]) for r in s["routing"] if r["kind"] == "gate"}
+    assert gates == {("stock", "answer False"), ("widened", "answer True")}
+    md = (root / "report.md").read_text()
+    assert "| widened | `RocmAttentionImpl h128 q16/kv8 sw- bs16` | rocm_custom_op | 10 |" in md
