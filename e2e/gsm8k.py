@@ -644,13 +644,3 @@ def main(a: argparse.Namespace) -> int:
             store.update_manifest(status="complete", ended=now(), gsm8k_verdict=summary["verdict"])
     return 0 if summary["verdict"] == "pass" else 1
 
-
-if __name__ == "__main__":  # `python -m e2e.gsm8k ...`, the same as `run_e2e.py gsm8k ...`
-    _p = argparse.ArgumentParser(prog="python -m e2e.gsm8k", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_args(_p)
-    try:
-        sys.exit(main(_p.parse_args()))
-    except UserError as _exc:
-        print(f"error: {_exc}", file=sys.stderr)
-        sys.exit(_exc.exit_code)

@@ -685,15 +685,3 @@ def main(a: argparse.Namespace) -> int:
           f"{time.monotonic() - t0:.1f} s")
     return 0
 
-
-if __name__ == "__main__":  # `python3 -m e2e.twin ...` works before (or without) the run_e2e.py wiring
-    import sys
-
-    _p = argparse.ArgumentParser(prog="python -m e2e.twin", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_args(_p)
-    try:
-        sys.exit(main(_p.parse_args()))
-    except UserError as _exc:
-        print(f"error: {_exc}", file=sys.stderr)
-        sys.exit(_exc.exit_code)

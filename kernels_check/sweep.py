@@ -216,6 +216,18 @@ def _fmt(x: Any) -> str:
 
 
 # -- the fault sweep -----------------------------------------------------------------------------
+
+def _fault_row(ctx: Any, p: str, x: Any, ref: Any, shape: Any, dtype: Any, row: dict) -> str:
+    """Run one path over a faulted cache, score it, emit the row; one letter for the log line:
+    F = the output was poisoned, . = clean, x = the launch failed."""
+    try:
+        r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
+        row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
+    except Exception as exc:
+        row.update(path=p, status="failed", stage="launch", **_err(exc))
+    ctx.emit(row)
+    return "F" if row.get("faulted") else ("." if row["status"] == "ok" else "x")
+
 def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) -> None:
     """One (dtype, shape, length): fresh inputs; every (value, mode) tail fault on every path; then
     the written-slot controls that show the instrument can see a fault."""
@@ -250,13 +262,7 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
                 continue
             for p in fault_paths:
                 row = {**base, "kind": "fault", "mode": mode, "value": value if mode != "none" else None}
-                try:
-                    r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
-                    row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
-                except Exception as exc:
-                    row.update(path=p, status="failed", stage="launch", **_err(exc))
-                ctx.emit(row)
-                seen.append(f"{p}:{mode}/{value}={'F' if row.get('faulted') else ('.' if row['status'] == 'ok' else 'x')}")
+                seen.append(f"{p}:{mode}/{value}={_fault_row(ctx, p, x, ref, shape, dtype, row)}")
     # Controls: a fault the kernel must read. Expected: every one flagged.
     for which, value in faults.CONTROLS:
         try:
@@ -273,13 +279,7 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
         for p in fault_paths:
             row = {**base, "kind": "fault_control", "which": which, "value": value,
                    "slot": {"seq": 0, "token": length - 1, "kv_head": 0}}
-            try:
-                r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
-                row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
-            except Exception as exc:
-                row.update(path=p, status="failed", stage="launch", **_err(exc))
-            ctx.emit(row)
-            seen.append(f"{p}:ctl-{which}/{value}={'F' if row.get('faulted') else ('.' if row['status'] == 'ok' else 'x')}")
+            seen.append(f"{p}:ctl-{which}/{value}={_fault_row(ctx, p, x, ref, shape, dtype, row)}")
     ctx.say(f"faults {gid}: " + " ".join(seen))
     torch.cuda.empty_cache()
 

@@ -270,3 +270,21 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     monkeypatch.setattr(gsm8k, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
     s2 = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     assert s2["comparisons"] == s["comparisons"]
+
+
+@pytest.mark.server
+def test_chat_path_on_a_real_server(data_file, tmp_path):
+    """gsm8k.chat = true: lm-eval's local-chat-completions against /v1/chat/completions, the
+    server applying the model's own chat template (SmolLM2-135M-Instruct has one)."""
+    if not (MODEL / "config.json").is_file():
+        pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
+    cfg = parse_config(cfg_dict(chat=True))
+    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a"], 2, assets_root=ROOT / "assets")
+    [u] = s["units"]
+    assert u["status"] == "ok", u
+    rec = json.loads((tmp_path / "gsm8k" / u["unit"]).read_text())
+    assert rec["lm_eval"]["exit_code"] == 0
+    assert "local-chat-completions" in rec["lm_eval"]["argv"] and "--apply_chat_template" in rec["lm_eval"]["argv"]
+    rows = [json.loads(x) for x in (tmp_path / "gsm8k" / u["tasks"]["gsm8k_zeroshot_offline"]["questions"])
+            .read_text().splitlines()]
+    assert [r["doc_id"] for r in rows] == [0, 1] and all(r["response"] for r in rows)

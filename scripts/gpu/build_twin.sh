@@ -13,7 +13,7 @@
 # Needs (carried; the machine has no network): the Gemma 3 tokenizer in compact form,
 #   assets/tokenizers/gemma3/   made on the CPU machine with
 #     python run_e2e.py assets gemma3-270m
-#     python -m e2e.twin --pack-tokenizer assets/gemma-3-270m --out assets/tokenizers/gemma3   (3.5 MB)
+#     python run_e2e.py twin --pack-tokenizer assets/gemma-3-270m --out assets/tokenizers/gemma3   (3.5 MB)
 # and carry = ["assets/tokenizers"]. Knobs: SEED (0), TWINS_DIR (/tmp/twins), TOKENIZER_FROM.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,7 +42,7 @@ mkdir -p "$TWINS_DIR"
 echo "disk before: $(df -h --output=avail "$TWINS_DIR" | tail -1 | tr -d ' ') free in $TWINS_DIR; $(nproc) cores"
 
 T0=$(date +%s.%N)
-python3 -m e2e.twin --like "$NAME" "${MM[@]}" --out "$TWIN" --seed "$SEED" --tokenizer-from "$TOK"
+python3 run_e2e.py twin --like "$NAME" "${MM[@]}" --out "$TWIN" --seed "$SEED" --tokenizer-from "$TOK"
 T1=$(date +%s.%N)
 python3 -c "print(f'build wall time: {$T1 - $T0:.1f} s')"
 

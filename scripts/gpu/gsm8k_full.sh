@@ -78,8 +78,7 @@ max_accuracy_drop = 0.01
 alpha = 0.05
 EOF
 
-# The gsm8k subcommand through run_e2e.py once cli.py has it; `python -m e2e.gsm8k` is the same code.
-if python3 run_e2e.py gsm8k --help >/dev/null 2>&1; then CMD=(python3 run_e2e.py gsm8k); else CMD=(python3 -m e2e.gsm8k); fi
+CMD=(python3 run_e2e.py gsm8k)
 T0=$(date +%s)
 set +e
 "${CMD[@]}" --config "$CFG" --arms fa,triton --aa fa --limit "${LIMIT:-0}" --out results --run-id "$RUN_ID"
