@@ -87,7 +87,7 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     assert len(first) == 1
     assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
-    rc = main(["--resume", str(run), "--no-progress"])
+    rc = main(["--resume", str(run), "--no-progress", "--no-gsm8k"])
     assert rc == 0
     cells = read_jsonl(run / "cells.jsonl")
     assert cells[0] == first[0]  # the finished cell was not repeated or rewritten

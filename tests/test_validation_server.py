@@ -21,7 +21,7 @@ MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 DELAY_MS = 30.0
 DEPTH = 128
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.slow]  # ~6 server starts: run with -m slow
 
 CONFIG = f"""
 name = "validation"
