@@ -108,6 +108,9 @@ class VllmServer:
         self.stop_timeout_s = stop_timeout_s
         self.port = port or free_port()
         self.api_key = secrets.token_hex(16)
+        # In every process of this server's environment: teardown finds them by it, even a child
+        # spawned by a Popen that an interrupt cut short before self.proc was assigned.
+        self.server_id = secrets.token_hex(8)
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._known_pids: set[int] = set()
@@ -121,10 +124,10 @@ class VllmServer:
         return self.spec.argv(self.port)
 
     def __enter__(self) -> "VllmServer":
-        self.start()
         try:
+            self.start()
             self.wait_ready()
-        except BaseException:
+        except BaseException:  # Ctrl-C included: whatever was spawned goes down with us
             self.stop()
             raise
         return self
@@ -133,7 +136,8 @@ class VllmServer:
         self.stop()
 
     def start(self) -> None:
-        env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": self.api_key}
+        env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": self.api_key,
+               "E2E_SERVER_ID": self.server_id}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
@@ -197,8 +201,6 @@ class VllmServer:
 
         SIGINT/SIGTERM to the harness are held back while this runs (and delivered after), so a
         second Ctrl-C cannot abandon a half-stopped server."""
-        if self.proc is None:
-            return []
         held = {signal.SIGINT, signal.SIGTERM}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
         try:
@@ -207,6 +209,8 @@ class VllmServer:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _stop(self) -> list[int]:
+        if self.proc is None:
+            return self._sweep()
         self._remember_children()
         pgid = self.proc.pid  # new session: the leader's pid is the group id
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -233,9 +237,27 @@ class VllmServer:
         except subprocess.TimeoutExpired:
             pass
         left = self._live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
+        left = sorted(set(left) | set(self._sweep()))
         with open(self.log_path, "ab") as log:
             log.write(f"# stopped; left running: {left}\n".encode())
         return left
+
+    def _sweep(self) -> list[int]:
+        """SIGKILL every process that carries this server's E2E_SERVER_ID; return those that survive."""
+        mine = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid != os.getpid() and p.environ().get("E2E_SERVER_ID") == self.server_id:
+                    mine.append(p)
+            except (psutil.Error, OSError):
+                continue
+        for p in mine:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(mine, timeout=10)
+        return self._live({p.pid for p in mine})
 
     @staticmethod
     def _live(pids: set[int]) -> list[int]:
