@@ -22,7 +22,7 @@ from e2e.estimate import cell_estimate
 from e2e.measure import CellClient, ServerGone, TokenSampler, measure_cell
 from e2e.plan import Cell
 from e2e.progress import Progress
-from e2e.server import ServerFailure, ServerSpec, VllmServer, port_in_use
+from e2e.server import ServerFailure, ServerSpec, VllmServer, port_in_use, tail
 from e2e.store import CELLS, REQUESTS, RunStore
 from e2e.twin import read_stamp
 
@@ -152,7 +152,7 @@ class Runner:
                 return
             except (ServerFailure, ServerGone) as exc:
                 left = server.stop()
-                tail = getattr(exc, "log_tail", "") or _tail(log)
+                tail = getattr(exc, "log_tail", "") or tail(log)
                 failures.append(f"attempt {attempt}: {exc}")
                 if attempt < self.cfg.run.retries:
                     self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
@@ -218,7 +218,3 @@ def _groups(cells: list[Cell]) -> list[list[Cell]]:
             out.append([c])
     return out
 
-
-def _tail(path: Path) -> str:
-    from e2e.server import tail
-    return tail(path)
