@@ -152,14 +152,14 @@ class Runner:
                 return
             except (ServerFailure, ServerGone) as exc:
                 left = server.stop()
-                tail = getattr(exc, "log_tail", "") or tail(log)
+                log_tail = getattr(exc, "log_tail", "") or tail(log)
                 failures.append(f"attempt {attempt}: {exc}")
                 if attempt < self.cfg.run.retries:
                     self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
                     continue
                 routing = arms.fold_records(record_dir, arm, wait_s=0)  # keeps a worker's plugin error
                 for cell in remaining:
-                    self._record_failed(cell, tag, log, "; ".join(failures), tail, left, routing)
+                    self._record_failed(cell, tag, log, "; ".join(failures), log_tail, left, routing)
                 if self.cfg.run.fail_fast:
                     raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {exc}") from None
                 return
