@@ -99,10 +99,8 @@ def load_run_config(a: argparse.Namespace):
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from e2e.plan import make_plan, plan_table_rows
-    from e2e.progress import Progress, cells_table
+    from e2e.progress import make_console
 
     if a.resume:
         return _resume(a)
@@ -118,10 +116,10 @@ def cmd_run(a: argparse.Namespace) -> int:
                 t.add_column(col)
             for r in plan_table_rows(cells):
                 t.add_row(*r)
-            Console().print(t)
+            make_console().print(t)
         return 0
 
-    from e2e.runner import Runner, build_manifest, make_sampler, now
+    from e2e.runner import build_manifest, make_sampler
     from e2e.store import RunStore
 
     sampler = make_sampler(cfg)
@@ -131,14 +129,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     with store:
         store.write_manifest(build_manifest(cfg, run_id, cells))
         store.write_plan([c.to_dict() for c in cells])
-        return _execute(cfg, store, cells, a, Console(stderr=True), sampler)
+        return _execute(cfg, store, cells, a, make_console(stderr=True), sampler)
 
 
 def _resume(a: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from e2e.config import parse_config
     from e2e.plan import Cell
+    from e2e.progress import make_console
     from e2e.runner import make_sampler, now
     from e2e.store import RunStore
 
@@ -151,7 +148,7 @@ def _resume(a: argparse.Namespace) -> int:
         sampler = make_sampler(cfg)
         m.setdefault("resumes", []).append({"started": now(), "git": m.get("git")})
         store.write_manifest(m)
-        return _execute(cfg, store, cells, a, Console(stderr=True), sampler)
+        return _execute(cfg, store, cells, a, make_console(stderr=True), sampler)
 
 
 def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:

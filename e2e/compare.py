@@ -23,6 +23,7 @@ from rich.table import Table
 from e2e import stats
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
 from e2e.errors import UserError
+from e2e.progress import make_console
 from e2e.store import write_json_atomic
 
 # name -> how to read it from an analysed run. Samples from runs that differ in any of these are
@@ -97,7 +98,7 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
 
 def compare_main(args: argparse.Namespace, console: Console | None = None) -> int:
     """0: no significant regression; 1: B is slower somewhere (significant and >= min effect)."""
-    console = console or Console()
+    console = console or make_console()
     a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
     mism = metadata_mismatches(a, b)
     if mism and not args.force:
@@ -211,7 +212,7 @@ def add_history_args(p: argparse.ArgumentParser) -> None:
 
 
 def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or make_console()
     folder = Path(args.folder)
     rows = history(folder, args.order_by)
     out = Path(args.out) if args.out else folder

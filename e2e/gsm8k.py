@@ -620,8 +620,8 @@ def main(a: argparse.Namespace) -> int:
         run_id = a.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}-gsm8k"
         root, fresh = Path(cfg.run.out) / run_id, True
     store = RunStore.create(root) if fresh else RunStore.open_existing(root)
-    from rich.console import Console
-    console = Console(stderr=True)
+    from e2e.progress import make_console
+    console = make_console(stderr=True)
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     with store:
         if fresh:

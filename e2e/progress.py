@@ -9,13 +9,20 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgre
 from rich.table import Table
 
 
+def make_console(stderr: bool = False) -> Console:
+    """A rich console. Written to a file or pipe (CI logs, `2>run.log`) rich assumes 80 columns and
+    truncates table cells; use 160 there so the cell table stays readable."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=160)
+
+
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
 class Progress:
     def __init__(self, console: Console | None = None, enabled: bool = True):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
         self.enabled = enabled
         self._bar: RichProgress | None = None
         self._task = None

@@ -10,7 +10,6 @@ import hashlib
 import secrets
 import signal
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable

@@ -78,7 +78,10 @@ def free_port() -> int:
 
 
 def port_in_use(port: int) -> bool:
+    """True while a socket is bound to the port. A closed connection of the stopped server waiting
+    out TIME_WAIT (the server closes idle keep-alive connections first) does not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

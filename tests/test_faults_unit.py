@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import stat
 import threading
 import time
@@ -24,7 +25,7 @@ from e2e.config import parse_config
 from e2e.errors import UserError
 from e2e.manifest import redact_args, redact_env
 from e2e.measure import CellClient, check_row
-from e2e.server import ServerSpec
+from e2e.server import ServerSpec, port_in_use
 from e2e.store import CELLS, RunStore
 
 
@@ -204,3 +205,22 @@ def test_a_model_we_cannot_read_is_refused_before_a_run_folder_exists(tmp_path, 
     assert main(["--config", str(p), "--out", str(tmp_path / "out")]) == 2
     assert "model.path" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_leak_check_sees_a_listener_but_not_a_closed_connection_in_time_wait():
+    """After teardown the harness checks the server's port. A listener still bound there is a leak;
+    the server's side of a keep-alive connection it closed itself (TIME_WAIT) is not."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds vLLM's port
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    assert port_in_use(port)
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    conn.close()  # the server closes first, as it does with an idle keep-alive connection
+    time.sleep(0.05)
+    client.close()
+    srv.close()
+    time.sleep(0.05)
+    assert not port_in_use(port)
