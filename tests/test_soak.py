@@ -16,7 +16,7 @@ from e2e.procs import tagged_processes
 from e2e.store import read_jsonl
 from tests.conftest import write_config
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(7200)]  # beyond scripts/test.sh's 1200 s per test
 N_CELLS = 50
 
 
