@@ -173,9 +173,11 @@ def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:
     verdict = None
     if cfg.gsm8k.enabled and not a.no_gsm8k:  # the accuracy sign-off, each arm on a fresh server
         from e2e.gsm8k import run_gsm8k
+        from e2e.runner import sigterm_as_interrupt
         try:
-            g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], a.limit, aa=a.gsm8k_aa,
-                          console=console)
+            with sigterm_as_interrupt():
+                g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], a.limit, aa=a.gsm8k_aa,
+                              console=console)
         except INTERRUPTS:
             store.update_manifest(status="interrupted", ended=now())
             console.print(f"interrupted during gsm8k; latency rows are complete in {store.root}")

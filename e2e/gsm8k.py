@@ -595,7 +595,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def main(a: argparse.Namespace) -> int:
     """`run_e2e.py gsm8k`: 0 verdict pass, 1 fail or incomplete, 2 bad input, 130 interrupted."""
-    from e2e.runner import _Terminate, _on_sigterm, build_manifest
+    from e2e.runner import INTERRUPTS, build_manifest, sigterm_as_interrupt
     from e2e.store import RunStore
 
     overrides: dict[str, Any] = {}
@@ -622,7 +622,6 @@ def main(a: argparse.Namespace) -> int:
     store = RunStore.create(root) if fresh else RunStore.open_existing(root)
     from e2e.progress import make_console
     console = make_console(stderr=True)
-    old = signal.signal(signal.SIGTERM, _on_sigterm)
     with store:
         if fresh:
             m = build_manifest(cfg, root.name, [])
@@ -631,15 +630,14 @@ def main(a: argparse.Namespace) -> int:
             store.write_plan([])
         console.print(f"run folder: {root}")
         try:
-            summary = run_gsm8k(cfg, root, names, a.limit, a.aa, console, a.assets_dir)
-        except (KeyboardInterrupt, _Terminate):
+            with sigterm_as_interrupt():
+                summary = run_gsm8k(cfg, root, names, a.limit, a.aa, console, a.assets_dir)
+        except INTERRUPTS:
             if fresh:
                 store.update_manifest(status="interrupted", ended=now())
             console.print(f"interrupted: servers stopped; finished units are kept in {root}/gsm8k "
                           "and reused when the same command runs again with --run-dir")
             return 130
-        finally:
-            signal.signal(signal.SIGTERM, old)
         if fresh:
             store.update_manifest(status="complete", ended=now(), gsm8k_verdict=summary["verdict"])
     return 0 if summary["verdict"] == "pass" else 1

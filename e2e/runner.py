@@ -10,9 +10,10 @@ import hashlib
 import secrets
 import signal
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from e2e import arms, manifest as mf
 from e2e.config import ArmCfg, Config, config_to_dict
@@ -96,6 +97,17 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 INTERRUPTS = (KeyboardInterrupt, _Terminate)
 
 
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside the block SIGTERM raises _Terminate, so the cleanup written for Ctrl-C (servers and
+    lm-eval stopped, manifest marked interrupted) runs for it too instead of an instant death."""
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 class Runner:
     def __init__(self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress,
                  sampler: TokenSampler, stop_rule_factory: Callable[[Config], Any] | None = None):
@@ -112,12 +124,11 @@ class Runner:
         done = self.store.finished_cell_ids()
         todo = [c for c in self.cells if c.cell_id not in done]
         self.progress.start(total=len(self.cells), done=len(self.cells) - len(todo))
-        old = signal.signal(signal.SIGTERM, _on_sigterm)
         try:
-            for group in _groups(todo):
-                self._run_group(group)
+            with sigterm_as_interrupt():
+                for group in _groups(todo):
+                    self._run_group(group)
         finally:
-            signal.signal(signal.SIGTERM, old)
             self.progress.stop()
         return self.results
 

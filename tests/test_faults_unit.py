@@ -224,3 +224,30 @@ def test_leak_check_sees_a_listener_but_not_a_closed_connection_in_time_wait():
     srv.close()
     time.sleep(0.05)
     assert not port_in_use(port)
+
+
+def test_sigterm_during_the_runs_gsm8k_stage_is_an_interrupt(tmp_path, monkeypatch, in_root):
+    """SIGTERM while a run is in its gsm8k stage gets Ctrl-C's cleanup (exit 130, manifest marked
+    interrupted, servers and lm-eval stopped by their `finally`), not an instant death that would
+    orphan them. The cells and the evaluation are replaced; the signal handling is the real one."""
+    import signal
+
+    from e2e import gsm8k, runner
+
+    monkeypatch.setattr(runner.Runner, "run", lambda self: [])
+
+    def evaluation_that_gets_sigterm(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here
+        raise AssertionError("SIGTERM did not interrupt the gsm8k stage")
+
+    monkeypatch.setattr(gsm8k, "run_gsm8k", evaluation_that_gets_sigterm)
+    # Without the harness's handler the default action would end the test session: catch it here.
+    old = signal.signal(signal.SIGTERM, lambda *a: None)
+    try:
+        rc = main(["--config", "configs/cpu-demo.toml", "--out", str(tmp_path), "--run-id", "t",
+                   "--no-progress"])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert rc == 130
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["status"] == "interrupted"
