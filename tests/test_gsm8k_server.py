@@ -273,7 +273,6 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
 
 
 @pytest.mark.server
-@pytest.mark.slow
 def test_chat_path_on_a_real_server(data_file, tmp_path):
     """gsm8k.chat = true: lm-eval's local-chat-completions against /v1/chat/completions, the
     server applying the model's own chat template (SmolLM2-135M-Instruct has one)."""
