@@ -22,8 +22,6 @@ from e2e.errors import UserError
 from e2e.server import SERVED_NAME
 
 
-
-
 class ServerGone(Exception):
     """The server stopped answering mid-cell: the attempt is void and the cell is retried."""
 
