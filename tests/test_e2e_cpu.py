@@ -5,12 +5,10 @@ Both orders, two arms, the results schema, and a run interrupted mid-way then re
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 

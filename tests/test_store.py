@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from e2e.errors import UserError
-from e2e.store import CELLS, REQUESTS, RunStore, counted_requests, read_jsonl
+from e2e.store import CELLS, RunStore, counted_requests, read_jsonl
 
 
 def test_append_and_read_back(tmp_path):

@@ -297,8 +297,6 @@ def test_activations_stay_finite_and_bounded_through_62_layers(tmp_path):
 
 def test_each_full_width_linear_roughly_preserves_rms():
     """The 27B's own shapes: y = W x with the twin's int4 rows and group scales, x of unit RMS."""
-    import torch
-
     specs = {s.name: s for s in twin.tensor_plan(twin.resolve_target("gemma-3-27b-it-w4a16"))}
     for proj in ("self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"):
         base = f"model.layers.0.{proj}.weight"
