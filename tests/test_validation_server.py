@@ -14,6 +14,8 @@ many degrees of freedom as servers per arm. With two servers per arm, bf16, the 
 the A/A right (ratio 1.08, 0.60 to 1.95) but missed the slowdown (+38 ms, ratio 1.48, CI 0.64 to
 3.44, df 1.2): one base server came out 13 % faster than the other and bf16 prefill on this AVX2 CPU
 (no oneDNN bf16) made the 8-token requests noisy (cell CV up to 30 %).
+The four-pass float32 form, 2026-11-30: A/A ratio 0.956 (0.833 to 1.097), slow +29.1 ms per token
+(ratio 1.221, 1.052 to 1.415, p 0.017): both pass; cell half-widths 3.8 to 15.4 %.
 """
 from __future__ import annotations
 
