@@ -17,6 +17,7 @@ from e2e.procs import tagged_processes
 from e2e.store import read_jsonl
 from tests.conftest import write_config
 
+
 def counted_fds() -> int:
     """Open descriptors of this process, less the font files matplotlib keeps open once it has drawn
     (the end-of-run report's figures: a bounded per-process cache, 4 files, not a leak)."""
