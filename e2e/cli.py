@@ -119,7 +119,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             make_console().print(t)
         return 0
 
-    from e2e.runner import build_manifest, make_sampler
+    from e2e.launch import build_manifest
+    from e2e.runner import make_sampler
     from e2e.store import RunStore
 
     sampler = make_sampler(cfg)
@@ -136,7 +137,8 @@ def _resume(a: argparse.Namespace) -> int:
     from e2e.config import parse_config
     from e2e.plan import Cell
     from e2e.progress import make_console
-    from e2e.runner import make_sampler, now
+    from e2e.formats import now
+    from e2e.runner import make_sampler
     from e2e.store import RunStore
 
     store = RunStore.open_existing(Path(a.resume))
@@ -154,7 +156,9 @@ def _resume(a: argparse.Namespace) -> int:
 def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:
     from e2e.progress import Progress, cells_table
     from e2e.report import write_report
-    from e2e.runner import INTERRUPTS, Runner, now
+    from e2e.formats import now
+    from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
+    from e2e.runner import Runner
     from e2e.stats import target_ci_stop_rule
 
     console.print(f"run folder: {store.root}")
@@ -172,8 +176,7 @@ def _execute(cfg, store, cells, a: argparse.Namespace, console, sampler) -> int:
     console.print(cells_table(rows, title=f"{cfg.name}: decode ms per token"))
     verdict = None
     if cfg.gsm8k.enabled and not a.no_gsm8k:  # the accuracy sign-off, each arm on a fresh server
-        from e2e.gsm8k import run_gsm8k
-        from e2e.runner import sigterm_as_interrupt
+        from e2e.accuracy.command import run_gsm8k
         try:
             with sigterm_as_interrupt():
                 g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], a.limit, aa=a.gsm8k_aa,
@@ -209,7 +212,8 @@ def _sub_compare(sub) -> None:
 
 
 def _handlers() -> dict[str, Any]:
-    from e2e import compare, gsm8k, report, twin
+    from e2e import compare, report, twin
+    from e2e.accuracy import command as gsm8k
     return {"run": cmd_run, "assets": cmd_assets, "twin": twin.main, "gsm8k": gsm8k.main,
             "report": report.report_main, "compare": compare.compare_main,
             "history": compare.history_main}
@@ -225,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_args(sub.add_parser("run", help="run the latency cells (the default)"))
     from e2e import assets
     assets.add_args(sub.add_parser("assets", help="fetch and build models and data"))
-    from e2e import gsm8k, twin
+    from e2e import twin
+    from e2e.accuracy import command as gsm8k
     gsm8k.add_args(sub.add_parser("gsm8k", help="paired gsm8k sign-off of the arms (lm-eval)"))
     twin.add_args(sub.add_parser("twin", help="build a random-weight shape twin of a model"))
     sub.add_parser("kernels", help="kernel-level routing and error check (GPU): python -m kernels_check --help",

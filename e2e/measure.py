@@ -21,11 +21,7 @@ import numpy as np
 from e2e import metrics
 from e2e.config import WorkloadCfg
 from e2e.errors import UserError
-from e2e.server import SERVED_NAME
-
-
-class ServerGone(Exception):
-    """The server stopped answering mid-cell: the attempt is void and the cell is retried."""
+from e2e.server import SERVED_NAME, ServerGone
 
 
 class TokenSampler:

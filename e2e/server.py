@@ -21,6 +21,10 @@ import psutil
 SERVED_NAME = "bench-model"
 
 
+class ServerGone(Exception):
+    """The server stopped answering mid-work: the attempt is void and the work is retried."""
+
+
 class ServerFailure(Exception):
     """The server did not become ready, or died. `log_tail` holds the end of its log."""
 
@@ -89,6 +93,51 @@ def port_in_use(port: int) -> bool:
         return False
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _live(pids: set[int] | frozenset[int]) -> list[int]:
+    """Those of pids still running (zombies do not count)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return sorted(out)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float, extra_pids: set[int] | frozenset[int] = frozenset()) -> None:
+    """The one process-group kill: SIGTERM the group that `proc` leads (started with
+    start_new_session) and any extra_pids that left it, wait up to grace_s for all of them to go,
+    then SIGKILL and wait 10 s more. Used for every vLLM server and every lm-eval child."""
+    pgid = proc.pid  # new session: the leader's pid is the group id
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in extra_pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _group_alive(pgid) and not _live(extra_pids):
+                return
+            time.sleep(0.1)
+
+
 def tail(path: Path, n_lines: int = 40) -> str:
     try:
         with open(path, "rb") as f:
@@ -104,13 +153,13 @@ class VllmServer:
     """Context manager: start, wait for /health, yield, then tear the whole group down."""
 
     def __init__(self, spec: ServerSpec, log_path: Path, startup_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 30.0, port: int | None = None):
+                 stop_timeout_s: float = 30.0, port: int | None = None, api_key: str | None = None):
         self.spec = spec
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port = port or free_port()
-        self.api_key = secrets.token_hex(16)
+        self.api_key = api_key or secrets.token_hex(16)
         # In every process of this server's environment: teardown finds them by it, even a child
         # spawned by a Popen that an interrupt cut short before self.proc was assigned.
         self.server_id = secrets.token_hex(8)
@@ -190,15 +239,6 @@ class VllmServer:
         except psutil.Error:
             pass
 
-    def _group_alive(self, pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-
     def stop(self) -> list[int]:
         """SIGTERM the group, wait, SIGKILL what is left, reap. Returns pids still alive (should be []).
 
@@ -215,31 +255,12 @@ class VllmServer:
         if self.proc is None:
             return self._sweep()
         self._remember_children()
-        pgid = self.proc.pid  # new session: the leader's pid is the group id
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                pass
-            for pid in self._known_pids:  # children that left the group, if any
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            deadline = time.monotonic() + (self.stop_timeout_s if sig == signal.SIGTERM else 10)
-            while time.monotonic() < deadline:
-                self.proc.poll()
-                if not self._group_alive(pgid) and not self._live(self._known_pids):
-                    break
-                time.sleep(0.1)
-            else:
-                continue
-            break
+        stop_group(self.proc, self.stop_timeout_s, self._known_pids)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        left = self._live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
+        left = _live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
         left = sorted(set(left) | set(self._sweep()))
         with open(self.log_path, "ab") as log:
             log.write(f"# stopped; left running: {left}\n".encode())
@@ -260,16 +281,4 @@ class VllmServer:
             except psutil.Error:
                 pass
         psutil.wait_procs(mine, timeout=10)
-        return self._live({p.pid for p in mine})
-
-    @staticmethod
-    def _live(pids: set[int]) -> list[int]:
-        out = []
-        for pid in pids:
-            try:
-                p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-            except psutil.Error:
-                pass
-        return sorted(out)
+        return _live({p.pid for p in mine})

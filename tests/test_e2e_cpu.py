@@ -13,7 +13,7 @@ import time
 import pytest
 
 from e2e.cli import main
-from e2e.procs import tagged_processes
+from tests.procs import tagged_processes
 from e2e.store import read_jsonl
 
 pytestmark = pytest.mark.server

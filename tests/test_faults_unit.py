@@ -243,7 +243,8 @@ def test_sigterm_during_the_runs_gsm8k_stage_is_an_interrupt(tmp_path, monkeypat
     orphan them. The cells and the evaluation are replaced; the signal handling is the real one."""
     import signal
 
-    from e2e import gsm8k, runner
+    from e2e import runner
+    from e2e.accuracy import command as gsm8k
 
     monkeypatch.setattr(runner.Runner, "run", lambda self: [])
 

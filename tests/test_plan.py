@@ -69,7 +69,7 @@ def test_dry_run_table_starts_nothing(capsys, in_root):
 
 def test_compile_cache_is_per_arm_and_interpreter(tmp_path):
     from e2e.config import parse_config
-    from e2e.runner import server_spec
+    from e2e.launch import server_spec
 
     c = parse_config({"model": {"path": "m"}, "workload": {"depths": [16]},
                       "arms": [{"name": "a"}, {"name": "b"}, {"name": "c", "python": "/other/python"},

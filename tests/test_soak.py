@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from e2e.cli import main
-from e2e.procs import tagged_processes
+from tests.procs import tagged_processes
 from e2e.store import read_jsonl
 from tests.conftest import write_config
 

@@ -2,7 +2,7 @@
 
 vLLM calls `register()` (entry point `e2e_arms`, group `vllm.general_plugins`) in the API server,
 the engine core and every worker, before model load and graph capture. It does nothing unless
-E2E_PLUGIN=1. Then it reads (see e2e/arms.py, which sets them):
+E2E_PLUGIN=1. Then it reads (see e2e/launch.py, which sets them):
     E2E_ARM            arm name, written into the record
     E2E_PATCHES        comma list: built-in patch names or module:function
     E2E_RECORD_DIR     folder for this process's record (<role>-<pid>.json)
@@ -45,11 +45,11 @@ def register() -> None:
     if os.environ.get("E2E_PLUGIN") != "1" or _state.get("registered"):
         return
     _state["registered"] = True
-    from e2e.plugin import patches, routing
+    from e2e.plugin import patches, recorder
 
     mode = os.environ.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
     record_dir = os.environ.get("E2E_RECORD_DIR") or None
-    rec = routing.Recorder(Path(record_dir) if record_dir else None, os.environ.get("E2E_ARM", ""),
+    rec = recorder.Recorder(Path(record_dir) if record_dir else None, os.environ.get("E2E_ARM", ""),
                            mode if mode in MODES else "aggregate",
                            float(os.environ.get("E2E_FLUSH_S") or 1.0))
     _state["recorder"] = rec
@@ -84,6 +84,6 @@ def _fail(rec, message: str, cause: BaseException | None = None) -> None:
     raise RuntimeError(msg) from cause
 
 
-def recorder():
+def current_recorder():
     """This process's recorder, or None when the plugin is off (for tests and kernels_check)."""
     return _state.get("recorder")

@@ -1,89 +1,16 @@
-"""Harness side of arms: the environment that switches the plugin on for one server, and the
-folding of the per-process records the plugin writes back into the cell row.
-
-Contract with e2e/plugin (which runs inside vLLM and imports nothing from the harness):
-    E2E_PLUGIN=1          switch the plugin on (off otherwise: installing the project changes nothing)
-    E2E_ARM=<name>        the arm, recorded in every process's record
-    E2E_PATCHES=a,b       patches to apply (built-in names or module:function)
-    E2E_RECORD_DIR=<dir>  where each process writes <role>-<pid>.json atomically
-    E2E_ROUTING_MODE      aggregate (default) | per-step | off; set it in the arm's or server's env
-    E2E_FLUSH_S           seconds between record flushes (default 1)
-    PYTHONPATH            prepended with a generated entry-point shim and the project root, so the
-                          plugin loads in any interpreter (another venv, a pip --target install)
-                          without installing the project there; the existing PYTHONPATH is kept.
-    VLLM_PLUGINS          if set (an allow-list), e2e_arms is added to it.
-"""
+"""Routing records -> the cell row's `routing`: fold what the plugin wrote in every vLLM process
+of one server (e2e/plugin/recorder.py writes them), and judge whether the arm's patches were proven
+applied in every process that needed them."""
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from e2e.config import ArmCfg, Config
-from e2e.errors import UserError
-
-ENTRY_POINT = "e2e_arms = e2e.plugin:register"
-PLUGIN_NAME = "e2e_arms"
-# Same distribution name as the installed project: importlib.metadata keeps one distribution per
-# name (the first on sys.path), so where the project is also installed the plugin still loads once.
-SHIM_DIST = "vllm_e2e_bench"
-ROUTING_MODES = ("aggregate", "per-step", "off")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from e2e.config import ArmCfg
 
 
-def shim_dir(root: Path = PROJECT_ROOT) -> Path:
-    """A folder holding only `<dist>.dist-info/` that declares the plugin's entry point.
-
-    Generated (idempotently) under the temp dir, keyed by the project root, so a clean clone needs
-    no install step and nothing is written into the checkout.
-    """
-    tag = hashlib.sha256(f"{root}\n{ENTRY_POINT}".encode()).hexdigest()[:12]
-    base = Path(tempfile.gettempdir()) / f"vllm-e2e-bench-shim-{os.getuid()}-{tag}"
-    info = base / f"{SHIM_DIST}-0+shim.dist-info"
-    eps = f"[vllm.general_plugins]\n{ENTRY_POINT}\n"
-    meta = f"Metadata-Version: 2.1\nName: {SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
-    if (info / "entry_points.txt").is_file() and (info / "entry_points.txt").read_text() == eps:
-        return base
-    tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=_mkdir(base)))
-    (tmp / "METADATA").write_text(meta)
-    (tmp / "entry_points.txt").write_text(eps)
-    try:
-        os.replace(tmp, info)
-    except OSError:  # another process made it first
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
-    return base
-
-
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-def plugin_env(arm: ArmCfg, record_dir: Path, cfg: Config) -> dict[str, str]:
-    """Environment that switches the plugin on for this arm's server (merged over the arm's env)."""
-    base = {**os.environ, **cfg.server.env, **arm.env}
-    mode = base.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
-    if mode not in ROUTING_MODES:
-        raise UserError(f"arm {arm.name}: E2E_ROUTING_MODE={mode!r}: use one of {', '.join(ROUTING_MODES)}")
-    paths = [str(shim_dir()), str(PROJECT_ROOT)]
-    old = base.get("PYTHONPATH", "")
-    paths += [p for p in old.split(os.pathsep) if p and p not in paths]
-    env = {"E2E_PLUGIN": "1", "E2E_ARM": arm.name, "E2E_PATCHES": ",".join(arm.patches),
-           "E2E_RECORD_DIR": str(record_dir), "E2E_ROUTING_MODE": mode,
-           "PYTHONPATH": os.pathsep.join(paths)}
-    allow = base.get("VLLM_PLUGINS")
-    if allow is not None and PLUGIN_NAME not in allow.split(","):
-        env["VLLM_PLUGINS"] = ",".join([p for p in allow.split(",") if p] + [PLUGIN_NAME])
-    return env
-
-
-# -- reading the records back ---------------------------------------------------------------------
 def read_records(record_dir: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(Path(record_dir).glob("*.json")):

@@ -1,0 +1,182 @@
+"""gsm8k/summary.json and gsm8k.md: every unit, every comparison (all filters; the primary one
+decides), the verdict. The statistics are e2e/signoff.py's; every number here comes from unit files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from e2e import signoff
+from e2e.accuracy.tasks import FULL_SIZE, primary_filter
+from e2e.accuracy.unit import Unit
+from e2e.config import Config
+from e2e.formats import VERSIONS, now
+
+SCHEMA_VERSION = VERSIONS["gsm8k-summary"]
+
+
+def load_answers(unit_dir: Path, task: str, flt: str) -> list[signoff.Answer]:
+    rows = [json.loads(x) for x in (unit_dir / f"questions-{task}.jsonl").read_text().splitlines() if x]
+    out = []
+    for r in rows:
+        f = r["filters"].get(flt, {})
+        out.append(signoff.Answer(doc_id=r["doc_id"], correct=bool(f.get("correct")),
+                                  response=r.get("response") or "", extracted=f.get("extracted"),
+                                  doc_hash=r.get("doc_hash")))
+    return out
+
+
+DEFINITIONS = {
+    "accuracy": "exact_match under the named lm-eval filter: correct / questions",
+    "interval": "two-sided Wilson score interval at confidence 1 - alpha (scipy binomtest.proportion_ci)",
+    "a / b": "the two servers compared (a_server, b_server: <arm>/r<k>); A is the baseline",
+    "a_only / b_only": "questions right under A only / under B only (the discordant pairs)",
+    "change": "accuracy(B) - accuracy(A); its interval is the Wald paired interval, for scale only",
+    "mcnemar_p": "two-sided exact McNemar test: binomial test of a_only of (a_only + b_only) against 1/2",
+    "verdict": "pass iff mcnemar_p >= alpha and accuracy(A) - accuracy(B) <= max_accuracy_drop; "
+               "overall pass iff every comparison (arms vs the baseline arm, and the A/A pair) passes",
+    "text_differ": "questions whose generated text differs at all between the two servers",
+    "extracted_differ": "questions whose extracted answer differs between the two servers",
+    "aa": "the same arm on two fresh servers: the serving stack's own nondeterminism, the baseline "
+          "for text_differ and discordant counts",
+}
+
+
+def summarize(cfg: Config, run_dir: Path, units: list[Unit], records: dict[Unit, dict[str, Any]],
+              tasks: list[str], settings: dict[str, Any], aa: str | None,
+              data: dict[str, Any], lm_eval_version: str) -> dict[str, Any]:
+    """summary.json: every unit, every comparison (all filters; the primary one decides), the verdict."""
+    g = cfg.gsm8k
+    base = units[0]
+    pairs: list[tuple[str, Unit, Unit]] = [("ab", base, u) for u in units[1:] if u.replicate == 1]
+    if aa is not None:
+        pairs.append(("aa", Unit(aa, 1), Unit(aa, 2)))
+    comparisons = []
+    for kind, ua, ub in pairs:
+        for task in tasks:
+            flts = sorted(set(records[ua].get("tasks", {}).get(task, {}).get("accuracy", {}))
+                          | set(records[ub].get("tasks", {}).get(task, {}).get("accuracy", {}))) \
+                or [primary_filter(task)]
+            for flt in flts:
+                c: dict[str, Any] = {"kind": kind, "task": task, "filter": flt,
+                                     "primary": flt == primary_filter(task),
+                                     "a_server": ua.rel, "b_server": ub.rel}
+                bad = [u.label for u in (ua, ub) if records[u].get("status") != "ok"]
+                if bad:
+                    c.update(verdict="incomplete", reasons=[f"no result from {', '.join(bad)}"])
+                else:
+                    try:
+                        c.update(signoff.compare(load_answers(run_dir / "gsm8k" / ua.rel, task, flt),
+                                                 load_answers(run_dir / "gsm8k" / ub.rel, task, flt),
+                                                 alpha=g.alpha, max_accuracy_drop=g.max_accuracy_drop))
+                    except (ValueError, OSError, KeyError) as exc:
+                        c.update(verdict="incomplete", reasons=[f"not comparable: {exc}"])
+                comparisons.append(c)
+    aa_by_task = {(c["task"], c["filter"]): c for c in comparisons if c["kind"] == "aa" and "n" in c}
+    for c in comparisons:
+        ref = aa_by_task.get((c["task"], c["filter"]))
+        if c["kind"] == "ab" and ref is not None and "n" in c:
+            c["aa_baseline"] = {"text_differ": ref["text_differ"], "discordant": ref["discordant"],
+                                "text_differ_excess": c["text_differ"] - ref["text_differ"]}
+    verdict = signoff.overall_verdict(c["verdict"] for c in comparisons if c["primary"])
+    warnings = []
+    if settings["limit"] is not None:
+        warnings.append(f"--limit {settings['limit']}: only the first {settings['limit']} of "
+                        f"{FULL_SIZE} questions; too few to detect small accuracy changes")
+    if len(units) < 2:
+        warnings.append("one server only: nothing to compare (give two arms or --aa ARM)")
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "gsm8k-signoff", "created": now(),
+        "description": "Paired gsm8k sign-off of vLLM arms: each arm on its own fresh server, scored "
+                       "by lm-eval per question; arms compared with the baseline arm question by "
+                       "question (exact McNemar) and an optional A/A pair as the noise baseline.",
+        "verdict": verdict, "warnings": warnings,
+        "config": cfg.name, "model": cfg.model.path, "baseline_arm": base.arm, "aa_arm": aa,
+        "tasks": tasks, "primary_filter": {t: primary_filter(t) for t in tasks},
+        "questions": settings["limit"] or FULL_SIZE, "limit": settings["limit"],
+        "settings": {**settings, "alpha": g.alpha, "max_accuracy_drop": g.max_accuracy_drop,
+                     "lm_eval_model": "local-chat-completions" if g.chat else "local-completions",
+                     "tokenizer_backend": "none", "lm_eval_version": lm_eval_version,
+                     "decoding": "greedy (temperature 0), lm-eval's generation_kwargs and stop strings"},
+        "data": data, "definitions": DEFINITIONS,
+        "units": [_unit_summary(u, records[u], g.alpha) for u in units],
+        "comparisons": comparisons,
+        # Every path in this file is relative to the folder holding it (<run>/gsm8k/).
+        "links": {"relative_to": "gsm8k/", "markdown": "gsm8k.md", "tasks": "tasks/"},
+    }
+
+
+def _unit_summary(u: Unit, rec: dict[str, Any], alpha: float) -> dict[str, Any]:
+    """One server's line: status, timings, and per task and filter its accuracy with interval."""
+    tasks = {}
+    for task, t in rec.get("tasks", {}).items():
+        tasks[task] = {"n": t["n"], "questions": f"{u.rel}/{t['questions']}",
+                       "accuracy": {flt: signoff.accuracy_block(k, t["n"], 1 - alpha, "wilson")
+                                    for flt, k in t["correct"].items()}}
+    return {"arm": u.arm, "replicate": u.replicate, "dir": u.rel, "status": rec.get("status"),
+            "error": rec.get("error"), "startup_s": rec.get("server", {}).get("startup_s"),
+            "eval_s": rec.get("lm_eval", {}).get("eval_s"), "tasks": tasks,
+            "unit": f"{u.rel}/unit.json", "server_log": f"{u.rel}/{rec.get('server', {}).get('log')}",
+            "lm_eval_log": f"{u.rel}/lm_eval.log"}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
+    """The report section for summary.json (generic markdown; every number comes from the summary).
+
+    Links are relative to <run>/gsm8k/; a report at the run root passes link_prefix="gsm8k/".
+    """
+    lp = link_prefix
+    lines = ["## gsm8k sign-off", "",
+             f"**Verdict: {s['verdict']}** - model `{s['model']}`, {s['questions']} questions, "
+             f"tasks {', '.join(s['tasks'])}, baseline arm `{s['baseline_arm']}`"
+             + (f", A/A on `{s['aa_arm']}`" if s.get("aa_arm") else "") + ".",
+             f"Pass means: no significant difference (exact McNemar p >= {s['settings']['alpha']:g}) and "
+             f"a drop of at most {100 * s['settings']['max_accuracy_drop']:.1f} accuracy points, on the "
+             "primary filter of each task, for every comparison.", ""]
+    lines += [f"- warning: {w}" for w in s["warnings"]]
+    if s["warnings"]:
+        lines.append("")
+    lines += ["| server | status | start s | eval s | " + " | ".join(
+        f"{t} ({s['primary_filter'][t]}) % [CI]" for t in s["tasks"]) + " | per-question |",
+        "|---|---|---|---|" + "---|" * len(s["tasks"]) + "---|"]
+    for u in s["units"]:
+        cells = []
+        for t in s["tasks"]:
+            b = u["tasks"].get(t, {}).get("accuracy", {}).get(s["primary_filter"][t])
+            cells.append("-" if b is None else
+                         f"{_pct(b['accuracy'])} [{_pct(b['ci_low'])}, {_pct(b['ci_high'])}]")
+        links = ", ".join(f"[{t}]({lp}{u['tasks'][t]['questions']})" for t in s["tasks"] if t in u["tasks"])
+        lines.append(f"| {u['dir']} | {u['status']} | {_fmt(u['startup_s'])} | {_fmt(u['eval_s'])} | "
+                     + " | ".join(cells) + f" | {links or '-'} |")
+    lines += ["", "| comparison | task / filter | n | A % | B % | change pts [CI] | A only | B only "
+              "| McNemar p | text differ | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in s["comparisons"]:
+        name = f"{c['kind'].upper()}: {c['a_server']} vs {c['b_server']}"
+        filt = f"{c['task']} / {c['filter']}" + (" (primary)" if c["primary"] else "")
+        if "n" not in c:
+            lines.append(f"| {name} | {filt} | - | - | - | - | - | - | - | - | {c['verdict']} |")
+            continue
+        td = str(c["text_differ"])
+        if "aa_baseline" in c:
+            td += f" (A/A {c['aa_baseline']['text_differ']})"
+        lines.append(
+            f"| {name} | {filt} | {c['n']} | {_pct(c['a']['accuracy'])} | {_pct(c['b']['accuracy'])} | "
+            f"{100 * c['change']:+.1f} [{100 * c['change_ci_low']:+.1f}, {100 * c['change_ci_high']:+.1f}] | "
+            f"{c['table']['a_only']} | {c['table']['b_only']} | {c['mcnemar_p']:.3g} | {td} | "
+            f"{c['verdict']} |")
+    reasons = [(c, r) for c in s["comparisons"] if c["primary"] for r in c.get("reasons", [])]
+    if reasons:
+        lines += ["", "Reasons:"] + [
+            f"- {c['kind'].upper()} {c['a_server']} vs {c['b_server']} ({c['task']}): {r}"
+            for c, r in reasons]
+    lines += ["", "Definitions: " + "; ".join(f"*{k}*: {v}" for k, v in s["definitions"].items()) + ".",
+              "", f"Numbers: [summary.json]({lp}summary.json); task files as run: [tasks/]({lp}tasks/).", ""]
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"

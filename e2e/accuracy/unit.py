@@ -1,0 +1,148 @@
+"""One gsm8k unit: an arm on its own fresh server, scored by lm-eval; its unit.json.
+
+    <run>/gsm8k/<arm>/r<k>/   r1 for every arm, r2 for the A/A replicate
+        unit.json                status, timings, redacted commands, accuracy per task and filter
+        questions-<task>.jsonl   one row per question: response, extracted answers, correct or not
+        server.a<N>.log, lm_eval.log
+        lm_eval/                 lm-eval's own results JSON and its samples (gzipped)
+
+A unit whose unit.json says "ok" with the same settings is reused when run again (resume); a failed
+or stale one is moved aside to r<k>.old-<time>, never overwritten.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e import manifest as mf
+from e2e import routing
+from e2e.accuracy.lm_eval import collect, lm_eval_argv, lm_eval_env, redact_tree, run_lm_eval
+from e2e.accuracy.tasks import FULL_SIZE
+from e2e.attempts import GaveUp, on_fresh_servers
+from e2e.config import Config
+from e2e.formats import VERSIONS, now
+from e2e.launch import server_spec, session_api_key
+from e2e.server import VllmServer, tail
+from e2e.store import write_json_atomic
+
+SCHEMA_VERSION = VERSIONS["gsm8k-unit"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One fresh server and one lm-eval run: an arm's first server (r1) or its A/A replicate (r2)."""
+    arm: str
+    replicate: int = 1
+
+    @property
+    def rel(self) -> str:
+        return f"{self.arm}/r{self.replicate}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.arm} r{self.replicate}"
+
+
+def plan_units(arm_names: list[str], aa: str | None) -> list[Unit]:
+    """r1 of every arm in order, then the A/A replicate (reusing the arm's r1 when it is listed)."""
+    units = [Unit(a) for a in arm_names]
+    if aa is not None:
+        if aa not in arm_names:
+            units.append(Unit(aa))
+        units.append(Unit(aa, 2))
+    return units
+
+
+def unit_settings(cfg: Config, tasks: list[str], limit: int | None, data_sha: str) -> dict[str, Any]:
+    """What must match for a finished unit to be reused (and for two units to be compared)."""
+    g = cfg.gsm8k
+    return {"tasks": tasks, "limit": limit, "chat": g.chat, "max_gen_toks": g.max_gen_toks,
+            "num_concurrent": g.num_concurrent, "model": cfg.model.path, "data_sha256": data_sha}
+
+
+def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: list[str],
+             limit: int | None, settings: dict[str, Any], say: Any) -> dict[str, Any]:
+    """Start a fresh server for the unit's arm, run lm-eval against it, write unit.json."""
+    arm = cfg.arm(unit.arm)
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    rec: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "arm": unit.arm, "replicate": unit.replicate,
+                           "dir": unit.rel, "status": "failed", "settings": settings,
+                           "started": now(), "attempts": []}
+    ctx: dict[str, Any] = {}
+
+    def new_server(attempt: int) -> VllmServer:
+        ctx["record_dir"] = unit_dir / f"records-a{attempt}"
+        spec = server_spec(cfg, arm, ctx["record_dir"])
+        log = unit_dir / f"server.a{attempt}.log"
+        server = VllmServer(spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s,
+                            api_key=session_api_key())
+        rec["server"] = {"argv": mf.redact_args(server.argv), "env": mf.redact_env(dict(spec.env)),
+                         "log": log.name}
+        say(f"gsm8k {unit.label}: starting server")
+        return server
+
+    def work(server: VllmServer, attempt: int) -> tuple[int, dict[str, Any]]:
+        rec["server"]["startup_s"] = server.startup_s
+        argv = lm_eval_argv(cfg, server.base_url, tasks_dir, tasks, unit_dir / "lm_eval", limit)
+        rec["lm_eval"] = {"argv": argv, "log": "lm_eval.log"}
+        say(f"gsm8k {unit.label}: server ready in {server.startup_s:.1f} s; lm-eval "
+            f"{','.join(tasks)} on {limit or FULL_SIZE} questions")
+        cache = Path(tempfile.mkdtemp(prefix="e2e-gsm8k-hf-"))
+        try:
+            code, secs = run_lm_eval(argv, lm_eval_env(server.api_key, cache), unit_dir / "lm_eval.log",
+                                     server, say)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        rec["lm_eval"].update(exit_code=code, eval_s=secs)
+        return code, routing.fold_records(ctx["record_dir"], arm)
+
+    def on_retry(attempt: int, exc: Exception) -> None:
+        rec["attempts"].append({"attempt": attempt, "error": str(exc)})
+        say(f"gsm8k {unit.label}: {exc}; retrying on a fresh server")
+
+    try:
+        (code, folded), server, left = on_fresh_servers(new_server, work, cfg.run.retries, on_retry)
+        rec["routing"], rec["leftover_pids"] = folded, left
+        if redact_tree(unit_dir, server.api_key):
+            rec["redacted_key_found"] = True
+        if code != 0:  # a harness or task error: a fresh server would not change it
+            rec["error"] = f"lm-eval exited with status {code}"
+            rec["log_tail"] = tail(unit_dir / "lm_eval.log", 20)
+        else:
+            problem = routing.patch_problem(folded, arm)
+            rec["tasks"] = collect(unit_dir, tasks)
+            rec["error"] = problem
+            rec["status"] = "ok" if problem is None else "failed"
+    except GaveUp as g:
+        rec["attempts"].append({"attempt": len(g.failures) - 1, "error": str(g.last)})
+        rec["error"], rec["log_tail"] = str(g.last), g.log_tail
+    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
+        rec["error"] = f"reading lm-eval's output: {exc}"
+    rec["finished"] = now()
+    write_json_atomic(unit_dir / "unit.json", rec)
+    return rec
+
+
+def reusable(unit_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    path = unit_dir / "unit.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if rec.get("schema_version") == SCHEMA_VERSION and rec.get("status") == "ok" \
+            and rec.get("settings") == settings \
+            and all("correct" in rec.get("tasks", {}).get(t, {}) for t in settings["tasks"]):
+        return rec
+    return None
+
+
+def move_aside(unit_dir: Path) -> None:
+    if unit_dir.exists():
+        unit_dir.rename(unit_dir.with_name(f"{unit_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}"))

@@ -1,0 +1,151 @@
+"""From a config and an arm to what a server start needs: the ServerSpec (argv and environment),
+the per-arm compile cache, the plugin's environment, the API key, and the run's manifest.
+
+Contract with e2e/plugin (which runs inside vLLM and imports nothing from the harness):
+    E2E_PLUGIN=1          switch the plugin on (off otherwise: installing the project changes nothing)
+    E2E_ARM=<name>        the arm, recorded in every process's record
+    E2E_PATCHES=a,b       patches to apply (built-in names or module:function)
+    E2E_RECORD_DIR=<dir>  where each process writes <role>-<pid>.json atomically
+    E2E_ROUTING_MODE      aggregate (default) | per-step | off; set it in the arm's or server's env
+    E2E_FLUSH_S           seconds between record flushes (default 1)
+    PYTHONPATH            prepended with a generated entry-point shim and the project root, so the
+                          plugin loads in any interpreter (another venv, a pip --target install)
+                          without installing the project there; the existing PYTHONPATH is kept.
+    VLLM_PLUGINS          if set (an allow-list), e2e_arms is added to it.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from e2e import manifest as mf
+from e2e.config import ArmCfg, Config, config_to_dict
+from e2e.errors import UserError
+from e2e.formats import now
+from e2e.plan import Cell
+from e2e.server import ServerSpec
+from e2e.twin import read_stamp
+
+ENTRY_POINT = "e2e_arms = e2e.plugin:register"
+PLUGIN_NAME = "e2e_arms"
+# Same distribution name as the installed project: importlib.metadata keeps one distribution per
+# name (the first on sys.path), so where the project is also installed the plugin still loads once.
+SHIM_DIST = "vllm_e2e_bench"
+ROUTING_MODES = ("aggregate", "per-step", "off")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shim_dir(root: Path = PROJECT_ROOT) -> Path:
+    """A folder holding only `<dist>.dist-info/` that declares the plugin's entry point.
+
+    Generated (idempotently) under the temp dir, keyed by the project root, so a clean clone needs
+    no install step and nothing is written into the checkout.
+    """
+    tag = hashlib.sha256(f"{root}\n{ENTRY_POINT}".encode()).hexdigest()[:12]
+    base = Path(tempfile.gettempdir()) / f"vllm-e2e-bench-shim-{os.getuid()}-{tag}"
+    info = base / f"{SHIM_DIST}-0+shim.dist-info"
+    eps = f"[vllm.general_plugins]\n{ENTRY_POINT}\n"
+    meta = f"Metadata-Version: 2.1\nName: {SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
+    if (info / "entry_points.txt").is_file() and (info / "entry_points.txt").read_text() == eps:
+        return base
+    tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=_mkdir(base)))
+    (tmp / "METADATA").write_text(meta)
+    (tmp / "entry_points.txt").write_text(eps)
+    try:
+        os.replace(tmp, info)
+    except OSError:  # another process made it first
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return base
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def plugin_env(arm: ArmCfg, record_dir: Path, cfg: Config) -> dict[str, str]:
+    """Environment that switches the plugin on for this arm's server (merged over the arm's env)."""
+    base = {**os.environ, **cfg.server.env, **arm.env}
+    mode = base.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
+    if mode not in ROUTING_MODES:
+        raise UserError(f"arm {arm.name}: E2E_ROUTING_MODE={mode!r}: use one of {', '.join(ROUTING_MODES)}")
+    paths = [str(shim_dir()), str(PROJECT_ROOT)]
+    old = base.get("PYTHONPATH", "")
+    paths += [p for p in old.split(os.pathsep) if p and p not in paths]
+    env = {"E2E_PLUGIN": "1", "E2E_ARM": arm.name, "E2E_PATCHES": ",".join(arm.patches),
+           "E2E_RECORD_DIR": str(record_dir), "E2E_ROUTING_MODE": mode,
+           "PYTHONPATH": os.pathsep.join(paths)}
+    allow = base.get("VLLM_PLUGINS")
+    if allow is not None and PLUGIN_NAME not in allow.split(","):
+        env["VLLM_PLUGINS"] = ",".join([p for p in allow.split(",") if p] + [PLUGIN_NAME])
+    return env
+
+@functools.lru_cache(maxsize=1)
+def session_api_key() -> str:
+    """One random API key for every server this harness process starts.
+
+    vLLM 0.26 hashes every VLLM_* variable it knows, VLLM_API_KEY included, into its torch.compile
+    cache key, so a fresh key per server gave every start of an arm its own cache folder and each
+    compiled from scratch. One key per harness process keeps the cache warm across an arm's starts
+    and still proves the server on a port is ours (/v1/models with the key). It lives only in the
+    servers' environment and lm-eval's, never in argv, a log or the run folder.
+    """
+    return secrets.token_hex(16)
+
+
+def compile_cache_env(cfg: Config, arm: ArmCfg, run_root: Path) -> dict[str, str]:
+    """One vLLM cache root per arm and interpreter: an arm's later cells reuse its compiled graphs
+    (cheaper starts), but no arm ever loads what another arm compiled."""
+    if cfg.server.compile_cache != "per-arm":
+        return {}
+    python = arm.python or cfg.server.python or sys.executable
+    tag = hashlib.sha256(python.encode()).hexdigest()[:8]
+    return {"VLLM_CACHE_ROOT": str(Path(run_root).resolve() / "vllm-cache" / f"{arm.name}-{tag}")}
+
+
+def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Path | None = None) -> ServerSpec:
+    s = cfg.server
+    env = {**(compile_cache_env(cfg, arm, run_root) if run_root else {}), **s.env, **arm.env}
+    if record_dir is not None:
+        env.update(plugin_env(arm, record_dir, cfg))
+    return ServerSpec(
+        python=arm.python or s.python or sys.executable,
+        model=cfg.model.path, tokenizer=cfg.model.tokenizer,
+        tensor_parallel_size=s.tensor_parallel_size, max_model_len=cfg.model.max_model_len,
+        cuda_graphs=s.cuda_graphs, compilation_config=s.compilation_config,
+        gpu_memory_utilization=s.gpu_memory_utilization, launcher=s.launcher,
+        extra_args=tuple(s.extra_args) + tuple(arm.args), env=env)
+
+
+def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any]:
+    pythons = {a.name: (a.python or cfg.server.python or sys.executable) for a in cfg.arms}
+    installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
+    arm_info = {}
+    for a in cfg.arms:
+        spec = server_spec(cfg, a, Path("<cell-dir>"))
+        arm_info[a.name] = {
+            "server_argv": mf.redact_args(spec.argv(0)),
+            "api_key": "random per harness process, passed as VLLM_API_KEY (never in argv or logs)",
+            "env": mf.redact_env({k: v for k, v in spec.env.items()}),
+            "patches": list(a.patches),
+            "installation": installs[pythons[a.name]],
+        }
+    return {
+        "schema_version": 1, "run_id": run_id, "tool": "vllm-e2e-bench",
+        "started": now(), "ended": None, "status": "running",
+        "config": config_to_dict(cfg), "n_cells": len(cells),
+        "server_mode": cfg.server.mode,
+        "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of,
+                  "twin_stamp": read_stamp(Path(cfg.model.path))},
+        "arms": arm_info, "host": mf.host(), "gpu": mf.gpu_driver(),
+        "git": mf.git_commit(mf.project_root()), "environment": mf.relevant_env(),
+        "resumes": [],
+    }
