@@ -47,11 +47,11 @@ KEYS: tuple[str, ...] = (
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=3759) INFO 11-29 19:09:01 [default_loader.py:430] Loading weights took 0.12 seconds";
 # the process prefix is absent when vLLM runs in one process.
-_LINE = re.compile(r"^\s*(?:\((?P<proc>[^()]*?)\s+pid=\d+\)\s+)?"
+_LINE = re.compile(r"^\s*(?:\((?P<proc>[^()\s]*)\s+pid=\d+\)\s+)?"
                    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
                    r"(?P<mo>\d\d)-(?P<dd>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.\d+)?\s+"
                    r"\[[^\]]*\]\s?(?P<msg>.*)$")
-_PROC = re.compile(r"^\s*\((?P<proc>[^()]*?)\s+pid=\d+\)")
+_PROC = re.compile(r"^\s*\((?P<proc>[^()\s]*)\s+pid=\d+\)")
 _NUM = r"(\d+(?:\.\d+)?)"
 _VERSION = re.compile(r"(?:^|\s)version\s+v?(\d+\.\d+[0-9A-Za-z.+\-]*)")
 _ENGINE = re.compile(r"Initializing an? (?:V\d )?LLM engine(?: \(v(\d+\.\d+[0-9A-Za-z.+\-]*)\))?")

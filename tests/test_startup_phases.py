@@ -156,3 +156,13 @@ def test_truncation_at_every_line_never_contradicts_the_full_log(log):
     raw = log.read_bytes()
     for off in range(0, len(raw), 97):
         _well_formed(sp.parse(raw[:off]))
+
+
+def test_pathological_long_lines_parse_in_linear_time():
+    import time
+
+    t = time.perf_counter()
+    for junk in ("(" + " " * 200_000, "(Worker pid=1) INFO 11-29 10:00:00 [" + "a " * 100_000,
+                 "Model loading took 1 GiB" + " and x" * 40_000, "init engine (" + "(" * 100_000):
+        _well_formed(sp.parse(junk))
+    assert time.perf_counter() - t < 2.0  # a quadratic pattern takes minutes here
