@@ -11,11 +11,14 @@ Per GPU at tensor parallel size TP, one decode step (batch 1) reads at least
     KV heads split over TP (never fewer than one per GPU).
 Norms and biases are left out (under 0.1 % for the models here). Vision towers are not read
 during text decode and are left out. The floor is a lower bound: measured / floor says how far
-above the memory-bound limit a step runs. Pure: a parsed config.json in, numbers out.
+above the memory-bound limit a step runs. The datasheet bandwidth is a peak no kernel reaches, so
+floors() also gives the floor against the read bandwidth measured on the run's GPU (e2e.bandwidth)
+when one is passed. Pure: a parsed config.json in, numbers out.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,15 +186,34 @@ def load_model_config(model_path: str, search: tuple[Path, ...] = ()) -> dict[st
 
 
 def floors(model_config: dict[str, Any], depths: list[int], tp: int, gpu_name: str | None,
-           override_gbps: float | None = None) -> dict[str, Any]:
-    """Floor per depth as a JSON-ready dict (or raises Unavailable)."""
+           override_gbps: float | None = None, measured_gbps: float | None = None,
+           measured_source: str = "measured (e2e.bandwidth: torch.sum read stream)") -> dict[str, Any]:
+    """Floor per depth as a JSON-ready dict (or raises Unavailable).
+
+    Each depth has floor_ms against the datasheet (or stats.gpu_bandwidth_gbps) and
+    floor_measured_ms against measured_gbps, the read bandwidth this GPU reached in this run (None
+    when not given). The bandwidth behind each is at the top: bandwidth_gbps / bandwidth_source and
+    measured_bandwidth_gbps / measured_bandwidth_source. With a measurement, a GPU missing from the
+    table still gets its measured floors (floor_ms None, bandwidth_source saying why); without one
+    it raises, as before."""
     g = geometry(model_config)
-    bw, source = bandwidth_for(gpu_name, override_gbps)
+    measured = float(measured_gbps) if isinstance(measured_gbps, (int, float)) and \
+        math.isfinite(measured_gbps) and measured_gbps > 0 else None
+    try:
+        bw, source = bandwidth_for(gpu_name, override_gbps)
+    except Unavailable as exc:
+        if measured is None:
+            raise
+        bw, source = None, f"unavailable: {exc}"
     per_depth = {}
     for d in depths:
         b = step_bytes(g, d, tp)
-        per_depth[str(d)] = {"bytes_per_gpu": b, "floor_ms": b["total"] / (bw * 1e9) * 1e3}
-    return {"available": True, "bandwidth_gbps": bw, "bandwidth_source": source, "gpu": gpu_name,
+        per_depth[str(d)] = {"bytes_per_gpu": b,
+                             "floor_ms": b["total"] / (bw * 1e9) * 1e3 if bw else None,
+                             "floor_measured_ms": b["total"] / (measured * 1e9) * 1e3 if measured else None}
+    return {"available": True, "bandwidth_gbps": bw, "bandwidth_source": source,
+            "measured_bandwidth_gbps": measured, "measured_bandwidth_source": measured_source if measured else None,
+            "measured_fraction_of_datasheet": measured / bw if measured and bw else None, "gpu": gpu_name,
             "tp": tp, "quantization": g.quant, "weight_bits": g.weight_bits,
             "sliding_layers": sum(g.sliding), "global_layers": g.layers - sum(g.sliding),
             "window": g.window, "per_depth": per_depth}

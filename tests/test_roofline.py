@@ -98,3 +98,46 @@ def test_floors_dict():
     f = roofline.floors(GEMMA3_27B_W4A16, [1024, 32768], 2, "NVIDIA H200")
     assert f["available"] and f["bandwidth_gbps"] == 4800 and f["global_layers"] == 10
     assert f["per_depth"]["32768"]["floor_ms"] > f["per_depth"]["1024"]["floor_ms"]
+
+
+def test_floors_without_a_measurement_are_as_before():
+    f = roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "NVIDIA H200")
+    g = roofline.geometry(GEMMA3_27B_W4A16)
+    e = f["per_depth"]["1024"]
+    assert e["floor_ms"] == roofline.floor_ms(g, 1024, 2, 4800) and e["floor_measured_ms"] is None
+    assert f["measured_bandwidth_gbps"] is None and f["measured_bandwidth_source"] is None
+    assert f["measured_fraction_of_datasheet"] is None and f["bandwidth_source"] == "table (H200)"
+
+
+def test_floors_against_the_measured_bandwidth_too():
+    f = roofline.floors(GEMMA3_27B_W4A16, [1024, 32768], 2, "NVIDIA H200", measured_gbps=4000.0)
+    g = roofline.geometry(GEMMA3_27B_W4A16)
+    for d in (1024, 32768):
+        e = f["per_depth"][str(d)]
+        assert e["floor_ms"] == pytest.approx(roofline.floor_ms(g, d, 2, 4800))
+        assert e["floor_measured_ms"] == pytest.approx(roofline.floor_ms(g, d, 2, 4000))
+        assert e["floor_measured_ms"] == pytest.approx(e["floor_ms"] * 4800 / 4000)
+    assert f["bandwidth_gbps"] == 4800 and f["measured_bandwidth_gbps"] == 4000
+    assert f["measured_fraction_of_datasheet"] == pytest.approx(4000 / 4800)
+    assert "measured" in f["measured_bandwidth_source"]
+    # the override stays the datasheet side; the measurement is its own column
+    o = roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "NVIDIA H200", 1000.0, 4000.0)
+    assert o["bandwidth_source"] == "stats.gpu_bandwidth_gbps"
+    assert o["per_depth"]["1024"]["floor_ms"] == pytest.approx(4 * o["per_depth"]["1024"]["floor_measured_ms"])
+
+
+def test_a_gpu_missing_from_the_table_gets_measured_floors_only():
+    f = roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "Some Future GPU", measured_gbps=9000.0)
+    e = f["per_depth"]["1024"]
+    assert e["floor_ms"] is None and e["floor_measured_ms"] > 0
+    assert f["bandwidth_gbps"] is None and f["bandwidth_source"].startswith("unavailable: unknown GPU")
+    with pytest.raises(roofline.Unavailable, match="unknown GPU"):
+        roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "Some Future GPU")
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "4000"])
+def test_an_unusable_measurement_counts_as_none(bad):
+    f = roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "NVIDIA H200", measured_gbps=bad)
+    assert f["measured_bandwidth_gbps"] is None and f["per_depth"]["1024"]["floor_measured_ms"] is None
+    with pytest.raises(roofline.Unavailable):
+        roofline.floors(GEMMA3_27B_W4A16, [1024], 2, "Some Future GPU", measured_gbps=bad)
