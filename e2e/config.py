@@ -14,11 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from e2e.errors import UserError
+from e2e.plugin.contract import patch_form_problem
 
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Built-in patch names; user patches are "module:function" (checked for form only, here).
-BUILTIN_PATCHES = ("widened-gfx11-gate", "gate-always-on", "gate-always-off")
-PATCH_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class _Frozen(BaseModel):
@@ -115,11 +113,9 @@ class ArmCfg(_Frozen):
     @classmethod
     def _patch_form(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for p in v:
-            if p not in BUILTIN_PATCHES and not PATCH_FORM.match(p):
-                raise ValueError(
-                    f"unknown patch {p!r}: use a built-in ({', '.join(BUILTIN_PATCHES)}) "
-                    "or module:function"
-                )
+            problem = patch_form_problem(p)
+            if problem:
+                raise ValueError(problem)
         return v
 
 

@@ -1,17 +1,11 @@
 """From a config and an arm to what a server start needs: the ServerSpec (argv and environment),
 the per-arm compile cache, the plugin's environment, the API key, and the run's manifest.
 
-Contract with e2e/plugin (which runs inside vLLM and imports nothing from the harness):
-    E2E_PLUGIN=1          switch the plugin on (off otherwise: installing the project changes nothing)
-    E2E_ARM=<name>        the arm, recorded in every process's record
-    E2E_PATCHES=a,b       patches to apply (built-in names or module:function)
-    E2E_RECORD_DIR=<dir>  where each process writes <role>-<pid>.json atomically
-    E2E_ROUTING_MODE      aggregate (default) | per-step | off; set it in the arm's or server's env
-    E2E_FLUSH_S           seconds between record flushes (default 1)
-    PYTHONPATH            prepended with a generated entry-point shim and the project root, so the
-                          plugin loads in any interpreter (another venv, a pip --target install)
-                          without installing the project there; the existing PYTHONPATH is kept.
-    VLLM_PLUGINS          if set (an allow-list), e2e_arms is added to it.
+The plugin's environment is e2e/plugin/contract.py's E2E_* variables, plus
+    PYTHONPATH    prepended with a generated entry-point shim and the project root, so the plugin
+                  loads in any interpreter (another venv, a pip --target install) without installing
+                  the project there; the existing PYTHONPATH is kept.
+    VLLM_PLUGINS  if set (an allow-list), e2e_arms is added to it.
 """
 from __future__ import annotations
 
@@ -28,16 +22,11 @@ from e2e import manifest as mf
 from e2e.config import ArmCfg, Config, config_to_dict
 from e2e.errors import UserError
 from e2e.formats import now
+from e2e.plugin import contract as pc
 from e2e.plan import Cell
 from e2e.server import ServerSpec
 from e2e.twin import read_stamp
 
-ENTRY_POINT = "e2e_arms = e2e.plugin:register"
-PLUGIN_NAME = "e2e_arms"
-# Same distribution name as the installed project: importlib.metadata keeps one distribution per
-# name (the first on sys.path), so where the project is also installed the plugin still loads once.
-SHIM_DIST = "vllm_e2e_bench"
-ROUTING_MODES = ("aggregate", "per-step", "off")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,11 +36,11 @@ def shim_dir(root: Path = PROJECT_ROOT) -> Path:
     Generated (idempotently) under the temp dir, keyed by the project root, so a clean clone needs
     no install step and nothing is written into the checkout.
     """
-    tag = hashlib.sha256(f"{root}\n{ENTRY_POINT}".encode()).hexdigest()[:12]
+    tag = hashlib.sha256(f"{root}\n{pc.ENTRY_POINT}".encode()).hexdigest()[:12]
     base = Path(tempfile.gettempdir()) / f"vllm-e2e-bench-shim-{os.getuid()}-{tag}"
-    info = base / f"{SHIM_DIST}-0+shim.dist-info"
-    eps = f"[vllm.general_plugins]\n{ENTRY_POINT}\n"
-    meta = f"Metadata-Version: 2.1\nName: {SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
+    info = base / f"{pc.SHIM_DIST}-0+shim.dist-info"
+    eps = f"[vllm.general_plugins]\n{pc.ENTRY_POINT}\n"
+    meta = f"Metadata-Version: 2.1\nName: {pc.SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
     if (info / "entry_points.txt").is_file() and (info / "entry_points.txt").read_text() == eps:
         return base
     tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=_mkdir(base)))
@@ -74,18 +63,19 @@ def _mkdir(p: Path) -> Path:
 def plugin_env(arm: ArmCfg, record_dir: Path, cfg: Config) -> dict[str, str]:
     """Environment that switches the plugin on for this arm's server (merged over the arm's env)."""
     base = {**os.environ, **cfg.server.env, **arm.env}
-    mode = base.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
-    if mode not in ROUTING_MODES:
-        raise UserError(f"arm {arm.name}: E2E_ROUTING_MODE={mode!r}: use one of {', '.join(ROUTING_MODES)}")
+    mode = base.get(pc.ENV_ROUTING_MODE, pc.DEFAULT_ROUTING_MODE) or pc.DEFAULT_ROUTING_MODE
+    if mode not in pc.ROUTING_MODES:
+        raise UserError(f"arm {arm.name}: {pc.ENV_ROUTING_MODE}={mode!r}: use one of "
+                        f"{', '.join(pc.ROUTING_MODES)}")
     paths = [str(shim_dir()), str(PROJECT_ROOT)]
     old = base.get("PYTHONPATH", "")
     paths += [p for p in old.split(os.pathsep) if p and p not in paths]
-    env = {"E2E_PLUGIN": "1", "E2E_ARM": arm.name, "E2E_PATCHES": ",".join(arm.patches),
-           "E2E_RECORD_DIR": str(record_dir), "E2E_ROUTING_MODE": mode,
+    env = {pc.ENV_ON: "1", pc.ENV_ARM: arm.name, pc.ENV_PATCHES: ",".join(arm.patches),
+           pc.ENV_RECORD_DIR: str(record_dir), pc.ENV_ROUTING_MODE: mode,
            "PYTHONPATH": os.pathsep.join(paths)}
     allow = base.get("VLLM_PLUGINS")
-    if allow is not None and PLUGIN_NAME not in allow.split(","):
-        env["VLLM_PLUGINS"] = ",".join([p for p in allow.split(",") if p] + [PLUGIN_NAME])
+    if allow is not None and pc.PLUGIN_NAME not in allow.split(","):
+        env["VLLM_PLUGINS"] = ",".join([p for p in allow.split(",") if p] + [pc.PLUGIN_NAME])
     return env
 
 @functools.lru_cache(maxsize=1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.config import ArmCfg
+from e2e.plugin.contract import RECORD_SCHEMA_PREFIX
 
 
 def read_records(record_dir: Path) -> list[dict[str, Any]]:
@@ -18,7 +19,7 @@ def read_records(record_dir: Path) -> list[dict[str, Any]]:
             out.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
             continue  # cannot happen with os.replace; a foreign file is not a record
-    return [r for r in out if str(r.get("schema", "")).startswith("e2e-plugin-record/")]
+    return [r for r in out if str(r.get("schema", "")).startswith(RECORD_SCHEMA_PREFIX)]
 
 
 def _fresh_records(record_dir: Path, since: float, wait_s: float | None) -> list[dict[str, Any]]:

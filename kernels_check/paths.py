@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from e2e.errors import UserError
+from e2e.plugin.contract import GATE_OFF, GATE_ON
 
 DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
-GATE_PATCH = {True: "gate-always-on", False: "gate-always-off"}
+GATE_PATCH = {True: GATE_ON, False: GATE_OFF}
 # What each dispatch path must have counted for one decode launch.
 EXPECTED_COUNTS = {"triton": {"triton_2d": 1, "rocm_custom": 0, "prefill": 0},
                    "rocm_custom": {"triton_2d": 0, "rocm_custom": 1, "prefill": 0}}

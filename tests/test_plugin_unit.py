@@ -111,6 +111,16 @@ def fresh_gate(monkeypatch):
         patches.APPLIED.pop(n, None)
 
 
+def test_every_builtin_patch_name_has_an_applier_and_the_config_accepts_it():
+    """contract.py owns the names, patches.py the appliers: the two must name the same set."""
+    from e2e.plugin import contract
+
+    assert set(patches.BUILTIN) == set(contract.BUILTIN_PATCHES)
+    for name in contract.BUILTIN_PATCHES:
+        assert contract.patch_form_problem(name) is None
+    assert contract.patch_form_problem("nope").startswith("unknown patch 'nope'")
+
+
 def test_gate_always_off_in_process_and_observed(fresh_gate):
     seen = []
     patches.GATE.observer = lambda a, k, ans: seen.append((a[3], ans))

@@ -2,12 +2,8 @@
 
 vLLM calls `register()` (entry point `e2e_arms`, group `vllm.general_plugins`) in the API server,
 the engine core and every worker, before model load and graph capture. It does nothing unless
-E2E_PLUGIN=1. Then it reads (see e2e/launch.py, which sets them):
-    E2E_ARM            arm name, written into the record
-    E2E_PATCHES        comma list: built-in patch names or module:function
-    E2E_RECORD_DIR     folder for this process's record (<role>-<pid>.json)
-    E2E_ROUTING_MODE   aggregate (default) | per-step | off
-    E2E_FLUSH_S        seconds between record flushes (default 1)
+E2E_PLUGIN=1. Then it reads the environment named in e2e/plugin/contract.py (set by
+e2e/launch.py): the arm, its patches, the record folder, the routing mode, the flush interval.
 
 A patch that cannot be applied raises from register(): vLLM's load_general_plugins does not catch
 exceptions of the plugin function (0.26 and 0.32), so the process - and the server start - fails,
@@ -23,7 +19,6 @@ import sys
 from pathlib import Path
 
 _state: dict = {}
-MODES = ("aggregate", "per-step", "off")
 
 
 def _plugin_dist() -> str | None:
@@ -42,23 +37,25 @@ def _plugin_dist() -> str | None:
 
 def register() -> None:
     """vLLM general-plugin entry point. Idempotent within a process."""
-    if os.environ.get("E2E_PLUGIN") != "1" or _state.get("registered"):
+    from e2e.plugin import contract as pc
+
+    if os.environ.get(pc.ENV_ON) != "1" or _state.get("registered"):
         return
     _state["registered"] = True
     from e2e.plugin import patches, recorder
 
-    mode = os.environ.get("E2E_ROUTING_MODE", "aggregate") or "aggregate"
-    record_dir = os.environ.get("E2E_RECORD_DIR") or None
-    rec = recorder.Recorder(Path(record_dir) if record_dir else None, os.environ.get("E2E_ARM", ""),
-                           mode if mode in MODES else "aggregate",
-                           float(os.environ.get("E2E_FLUSH_S") or 1.0))
+    mode = os.environ.get(pc.ENV_ROUTING_MODE, pc.DEFAULT_ROUTING_MODE) or pc.DEFAULT_ROUTING_MODE
+    record_dir = os.environ.get(pc.ENV_RECORD_DIR) or None
+    rec = recorder.Recorder(Path(record_dir) if record_dir else None, os.environ.get(pc.ENV_ARM, ""),
+                            mode if mode in pc.ROUTING_MODES else pc.DEFAULT_ROUTING_MODE,
+                            float(os.environ.get(pc.ENV_FLUSH_S) or 1.0))
     _state["recorder"] = rec
-    requested = [p.strip() for p in os.environ.get("E2E_PATCHES", "").split(",") if p.strip()]
+    requested = [p.strip() for p in os.environ.get(pc.ENV_PATCHES, "").split(",") if p.strip()]
     rec.extra.update({"vllm_version": patches.vllm_version(), "plugin_file": __file__,
                       "plugin_dist": _plugin_dist(), "patches_requested": requested,
                       "patches_applied": [], "patch_details": {}, "error": None})
-    if mode not in MODES:
-        _fail(rec, f"E2E_ROUTING_MODE={mode!r}: use one of {', '.join(MODES)}")
+    if mode not in pc.ROUTING_MODES:
+        _fail(rec, f"{pc.ENV_ROUTING_MODE}={mode!r}: use one of {', '.join(pc.ROUTING_MODES)}")
     if mode != "off":
         rec.install()
     try:

@@ -21,18 +21,16 @@ import ast
 import functools
 import importlib
 import importlib.util
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from e2e.plugin import hooks
+from e2e.plugin.contract import GATE_OFF, GATE_ON, USER_PATCH_FORM, WIDENED_GATE
 
 GATE_MODULE = "vllm.platforms.rocm"
 GATE_FUNC = "use_rocm_custom_paged_attention"
 GATE_TARGET = f"{GATE_MODULE}.{GATE_FUNC}"
-BUILTIN = ("widened-gfx11-gate", "gate-always-on", "gate-always-off")
-USER_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class PatchError(RuntimeError):
@@ -82,7 +80,7 @@ def _install_gate(mod: Any) -> None:
     if original is None:
         raise PatchError(f"{GATE_TARGET} does not exist in vLLM {vllm_version()}")
     GATE.original = original
-    if GATE.widened_code is not None and GATE.impl_name == "widened-gfx11-gate":
+    if GATE.widened_code is not None and GATE.impl_name == WIDENED_GATE:
         GATE.impl = _materialise_widened(mod)
     _gate_entry.original = original  # type: ignore[attr-defined]
     _gate_entry.cache_info = lambda: (GATE.impl or GATE.original).cache_info()  # type: ignore[attr-defined]
@@ -152,7 +150,7 @@ def build_widened(code: Any, namespace: dict[str, Any]) -> Callable[..., bool]:
     local: dict[str, Any] = {}
     exec(code, namespace, local)  # noqa: S102 - vLLM's own source, one constant changed
     widened = functools.cache(local[GATE_FUNC])
-    widened._e2e_patch = "widened-gfx11-gate"  # type: ignore[attr-defined]
+    widened._e2e_patch = WIDENED_GATE  # type: ignore[attr-defined]
     return widened
 
 
@@ -160,7 +158,7 @@ def _materialise_widened(mod: Any) -> Callable[..., bool]:
     return build_widened(GATE.widened_code, mod.__dict__)
 
 
-FORCED = ("gate-always-on", "gate-always-off")
+FORCED = (GATE_ON, GATE_OFF)
 
 
 def _set_gate_impl(name: str, make: Callable[[], Callable[..., bool] | None]) -> None:
@@ -178,29 +176,43 @@ def _forced(answer: bool) -> Callable[..., bool]:
     def gate(*args: Any, **kwargs: Any) -> bool:
         return answer
 
-    gate._e2e_patch = f"gate-always-{'on' if answer else 'off'}"  # type: ignore[attr-defined]
+    gate._e2e_patch = GATE_ON if answer else GATE_OFF  # type: ignore[attr-defined]
     return gate
 
 
-def _apply_builtin(name: str) -> dict[str, Any]:
-    if name == "widened-gfx11-gate":
-        path = _gate_source_path()
-        if GATE.widened_code is None:
-            GATE.widened_code, GATE.widened_detail = compile_widened(path.read_text(), str(path), vllm_version())
-        _set_gate_impl(name, lambda: None)  # built from the module's globals once it is imported
-        if GATE.installed:
-            GATE.impl = _materialise_widened(importlib.import_module(GATE_MODULE))
-    else:
-        if GATE_MODULE not in sys.modules:
-            _gate_source_path()  # the target must exist in this vLLM even if the module loads later
-        _set_gate_impl(name, lambda: _forced(name == "gate-always-on"))
+def _apply_widened(name: str) -> dict[str, Any]:
+    path = _gate_source_path()
+    if GATE.widened_code is None:
+        GATE.widened_code, GATE.widened_detail = compile_widened(path.read_text(), str(path), vllm_version())
+    _set_gate_impl(name, lambda: None)  # built from the module's globals once it is imported
+    if GATE.installed:
+        GATE.impl = _materialise_widened(importlib.import_module(GATE_MODULE))
+    return _gate_state_detail()
+
+
+def _apply_forced(name: str) -> dict[str, Any]:
+    if GATE_MODULE not in sys.modules:
+        _gate_source_path()  # the target must exist in this vLLM even if the module loads later
+    _set_gate_impl(name, lambda: _forced(name == GATE_ON))
+    return _gate_state_detail()
+
+
+def _gate_state_detail() -> dict[str, Any]:
     loaded = arm_gate()
     return {"target": GATE_TARGET, "state": "installed" if loaded else "armed (installs on import)"}
 
 
+# The built-in patches: name (e2e/plugin/contract.py owns the names) -> applier(name) -> detail.
+BUILTIN: dict[str, Callable[[str], dict[str, Any]]] = {
+    WIDENED_GATE: _apply_widened,
+    GATE_ON: _apply_forced,
+    GATE_OFF: _apply_forced,
+}
+
+
 # -- user patches --------------------------------------------------------------------------------
 def _apply_user(spec: str) -> dict[str, Any]:
-    if not USER_FORM.match(spec):
+    if not USER_PATCH_FORM.match(spec):
         raise PatchError(f"patch {spec!r}: not a built-in ({', '.join(BUILTIN)}) and not module:function")
     mod_name, func_name = spec.split(":")
     try:
@@ -238,7 +250,7 @@ def apply_patches(names: list[str] | tuple[str, ...]) -> list[str]:
         if name in FORCED and GATE.impl_name != name:
             APPLIED.pop(name, None)  # flipping back to a forced answer applied earlier
         if name not in APPLIED:
-            APPLIED[name] = _apply_builtin(name) if name in BUILTIN else _apply_user(name)
+            APPLIED[name] = BUILTIN[name](name) if name in BUILTIN else _apply_user(name)
         done.append(name)
     return done
 

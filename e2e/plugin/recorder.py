@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e.plugin import hooks
+from e2e.plugin.contract import RECORD_SCHEMA
 
-SCHEMA = "e2e-plugin-record/1"
+SCHEMA = RECORD_SCHEMA
 ATTN_MODULE = "vllm.model_executor.layers.attention.attention"
 OPS_MODULE = "vllm._custom_ops"
 DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
