@@ -24,6 +24,7 @@ from e2e import stats
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
 from e2e.errors import UserError
 from e2e.progress import make_console
+from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
 
 # name -> how to read it from an analysed run. Samples from runs that differ in any of these are
@@ -113,7 +114,7 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
             console.print(f"warning: {r['arm']} at {r['depth']}: {w}")
     regressions = [r for r in rows if r["decision"] == stats.SLOWER]
     if args.json:
-        write_json_atomic(Path(args.json), {"schema_version": stats.SCHEMA_VERSION, "kind": "e2e-compare",
+        write_json_atomic(Path(args.json), {"schema_version": VERSIONS["compare"], "kind": "e2e-compare",
                                             "run_a": str(a.root), "run_b": str(b.root),
                                             "metadata_mismatches": mism, "rows": rows,
                                             "regressions": len(regressions)})
@@ -231,7 +232,7 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
         w = csv.DictWriter(f, fieldnames=["schema_version", *cols], extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({"schema_version": stats.SCHEMA_VERSION, **r})
+            w.writerow({"schema_version": VERSIONS["history"], **r})
     history_plot(rows, out / "history.png")
     console.print(f"wrote {out / 'history.csv'} and {out / 'history.png'}")
     return 0

@@ -3,6 +3,11 @@ the timestamp format, and (below) the typed rows."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from e2e.errors import UserError
 
 
 def now() -> str:
@@ -20,4 +25,145 @@ VERSIONS = {
     "history": 1,         # history.csv
     "gsm8k-unit": 1,      # gsm8k/<arm>/r<k>/unit.json
     "gsm8k-summary": 1,   # gsm8k/summary.json
+    "kernels": 1,         # kernels_check rows.jsonl and its summary
 }
+
+
+# -- the rows --------------------------------------------------------------------------------------
+# A row is a dict on disk (JSONL) and in memory; these models are its contract: the fields every
+# reader relies on, typed, checked once when a row is built (cell_row / request_row) and again when
+# it is read (read_rows). Other fields are allowed and kept (extra="allow"): a reader of version N
+# ignores what it does not know, and older rows with fewer optional fields still read.
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_version: int
+    cell_id: str = Field(min_length=1)
+    attempt: str = Field(min_length=1)
+    pass_: int = Field(alias="pass", ge=1)
+    arm: str = Field(min_length=1)
+    depth: int = Field(gt=0)
+
+
+class RequestRow(_Row):
+    """One timed request (requests.jsonl). Client time in seconds; server_* from /metrics deltas."""
+    n_tokens: int = Field(gt=0)
+    round: int | None = Field(default=None, ge=0)
+    t_client_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    valid: bool
+    invalid_reason: str | None = None
+    server_decode_s: float | None = None
+    server_prefill_s: float | None = None
+    server_e2e_s: float | None = None
+
+
+class CellRow(_Row):
+    """One finished cell, ok or failed (cells.jsonl): its final attempt, estimate, routing, timings."""
+    index: int | None = Field(default=None, ge=0)
+    server_key: str | None = None
+    status: Literal["ok", "failed"]
+    startup_s: float | None = None
+    startup_phases: dict[str, Any] | None = None   # where the server start went (startup_phases.py)
+    warmup_s: float | None = None
+    measure_s: float | None = None
+    stopped_by: str | None = None
+    rounds: int | None = None
+    decode_ms_per_token: float | None = None
+    server_decode_ms_per_token: float | None = None
+    client_overhead_ms_median: float | None = None
+    error: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    routing: dict[str, Any] | None = None
+    finished: str | None = None
+
+
+class PlanEntry(BaseModel):
+    """One planned cell (plan.json is a list of these, in run order)."""
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    index: int = Field(ge=0)
+    cell_id: str = Field(min_length=1)
+    pass_: int = Field(alias="pass", ge=1)
+    arm: str = Field(min_length=1)
+    depth: int = Field(gt=0)
+    server_key: str = Field(min_length=1)
+
+
+ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}
+
+
+def _build(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    row = {"schema_version": VERSIONS[kind], **fields}
+    ROW_MODELS[kind].model_validate(row)  # a harness bug surfaces here, not in a later report
+    return row
+
+
+def cell_row(**fields: Any) -> dict[str, Any]:
+    """The one constructor of a cells.jsonl row (pass `pass` as pass_=...)."""
+    if "pass_" in fields:
+        fields["pass"] = fields.pop("pass_")
+    return _build("cells", fields)
+
+
+def request_row(**fields: Any) -> dict[str, Any]:
+    """The one constructor of a requests.jsonl row."""
+    if "pass_" in fields:
+        fields["pass"] = fields.pop("pass_")
+    return _build("requests", fields)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+
+
+def read_manifest(data: Any, source: str) -> dict[str, Any]:
+    """A manifest is a JSON object of a known version."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: not a JSON object (file damaged)")
+    v = data.get("schema_version")
+    if v != VERSIONS["manifest"]:
+        raise UserError(f"{source}: schema_version {v!r} but this harness reads {VERSIONS['manifest']}; "
+                        "use the harness version that wrote it")
+    return data
+
+
+def read_plan(data: Any, source: str) -> list[dict[str, Any]]:
+    """plan.json: a list of planned cells with unique cell ids."""
+    if not isinstance(data, list):
+        raise UserError(f"{source}: not a JSON list of cells (file damaged)")
+    seen = set()
+    for i, entry in enumerate(data, start=1):
+        if not isinstance(entry, dict):
+            raise UserError(f"{source}: entry {i} is {type(entry).__name__}, not an object (file damaged)")
+        try:
+            PlanEntry.model_validate(entry)
+        except ValidationError as exc:
+            raise UserError(f"{source}: entry {i}: {_first_error(exc)} (file damaged)") from None
+        if entry["cell_id"] in seen:
+            raise UserError(f"{source}: cell {entry['cell_id']!r} is planned twice (file damaged)")
+        seen.add(entry["cell_id"])
+    return data
+
+
+def read_rows(kind: str, rows: list[Any], source: str) -> list[dict[str, Any]]:
+    """Check rows read from a file of `kind`: each is a JSON object of a known version whose
+    contract fields have the right types. One line naming the file, line and field otherwise."""
+    want = VERSIONS[kind]
+    model = ROW_MODELS[kind]
+    for i, r in enumerate(rows, start=1):
+        if not isinstance(r, dict):
+            raise UserError(f"{source}: row {i} is {type(r).__name__}, not an object (file damaged)")
+        v = r.get("schema_version")
+        if v != want:
+            raise UserError(f"{source}: row {i} has schema_version {v!r} but this harness reads {want}; "
+                            "use the harness version that wrote it")
+        try:
+            model.model_validate(r)
+        except ValidationError as exc:
+            raise UserError(f"{source}: row {i}: {_first_error(exc)} (file damaged)") from None
+    return rows

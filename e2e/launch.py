@@ -21,7 +21,7 @@ from typing import Any
 from e2e import manifest as mf
 from e2e.config import ArmCfg, Config, config_to_dict
 from e2e.errors import UserError
-from e2e.formats import now
+from e2e.formats import VERSIONS, now
 from e2e.plugin import contract as pc
 from e2e.plan import Cell
 from e2e.server import ServerSpec
@@ -129,7 +129,7 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
             "installation": installs[pythons[a.name]],
         }
     return {
-        "schema_version": 1, "run_id": run_id, "tool": "vllm-e2e-bench",
+        "schema_version": VERSIONS["manifest"], "run_id": run_id, "tool": "vllm-e2e-bench",
         "started": now(), "ended": None, "status": "running",
         "config": config_to_dict(cfg), "n_cells": len(cells),
         "server_mode": cfg.server.mode,

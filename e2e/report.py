@@ -3,7 +3,7 @@
     python run_e2e.py report results/<run-id>
 
 Every figure comes from e2e.analysis, which reads only the rows on disk; a report can be deleted and
-recomputed at any time. Every file written carries stats.SCHEMA_VERSION (a key in JSON, a column in
+recomputed at any time. Every file written carries SCHEMA_VERSION (a key in JSON, a column in
 CSV, a line in Markdown).
 """
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any
 
 from e2e import stats
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
+from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
+
+SCHEMA_VERSION = VERSIONS["summary"]
 
 FILES = ("summary.json", "summary.csv", "comparisons.csv", "report.md",
          "decode_vs_depth.png", "ratio_vs_depth.png")
@@ -71,7 +74,7 @@ def gsm8k_summaries(run_dir: Path) -> list[tuple[Path, Any]]:
 
 
 def summary(a: RunAnalysis) -> dict[str, Any]:
-    return {"schema_version": stats.SCHEMA_VERSION, "kind": "e2e-run-summary", "run": run_facts(a),
+    return {"schema_version": SCHEMA_VERSION, "kind": "e2e-run-summary", "run": run_facts(a),
             "cells": a.cell_table(), "arms": a.arm_table(), "comparisons": a.comparisons,
             "routing": a.routing_table(), "startups": a.startup_table(),
             "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
@@ -83,7 +86,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], cols: list[str]) -> None:
         w = csv.DictWriter(f, fieldnames=["schema_version", *cols], extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({"schema_version": stats.SCHEMA_VERSION,
+            w.writerow({"schema_version": SCHEMA_VERSION,
                         **{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}})
 
 
@@ -183,7 +186,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
     f = s["run"]
     md = [f"# {f['run_id']}: decode latency report", "",
-          f"<!-- schema_version {stats.SCHEMA_VERSION}; recomputed from the rows by `run_e2e.py report` -->", ""]
+          f"<!-- schema_version {SCHEMA_VERSION}; recomputed from the rows by `run_e2e.py report` -->", ""]
     if f["twin_of"]:
         md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
                f"twin of `{f['twin_of']}`: same shapes and format, NOT the real model. Latency only; "

@@ -15,7 +15,7 @@ from e2e.attempts import GaveUp, on_fresh_servers
 from e2e.config import ArmCfg, Config
 from e2e.errors import UserError
 from e2e.estimate import cell_estimate
-from e2e.formats import now
+from e2e.formats import cell_row, now, request_row
 from e2e.interrupts import sigterm_as_interrupt
 from e2e.launch import server_spec, session_api_key
 from e2e.measure import CellClient, TokenSampler, measure_cell
@@ -106,7 +106,7 @@ class Runner:
                 "depth": cell.depth}
         res = measure_cell(
             client, cell.depth, self.cfg.workload, self.sampler,
-            emit=lambda row: self.store.append(REQUESTS, {**base, **row}),
+            emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
             phase=lambda p: self.progress.phase(cell, p),
             stop_rule=self.stop_rule)
         if not server.alive():
@@ -116,25 +116,25 @@ class Runner:
         folded = routing.fold_records(ctx["record_dir"], arm)
         problem = routing.patch_problem(folded, arm)
         status = "ok" if est["decode_ms_per_token"] is not None and problem is None else "failed"
-        row = {**base, "index": cell.index, "server_key": cell.server_key, "status": status,
-               "startup_s": startup_s, "warmup_s": res.warmup_s, "measure_s": res.measure_s,
-               "warmup_valid": res.warmup_valid, "stopped_by": res.stopped_by,
-               "rounds": 1 + max((r["round"] for r in res.rows), default=-1), **est,
-               "log_path": str(ctx["log"].relative_to(self.store.root)),
-               "error": problem if problem else (None if status == "ok" else "no valid rows"),
-               "routing": folded, "finished": now()}
+        row = cell_row(**base, index=cell.index, server_key=cell.server_key, status=status,
+                       startup_s=startup_s, warmup_s=res.warmup_s, measure_s=res.measure_s,
+                       warmup_valid=res.warmup_valid, stopped_by=res.stopped_by,
+                       rounds=1 + max((r["round"] for r in res.rows), default=-1), **est,
+                       log_path=str(ctx["log"].relative_to(self.store.root)),
+                       error=problem if problem else (None if status == "ok" else "no valid rows"),
+                       routing=folded, finished=now())
         self.store.append(CELLS, row)
         self.progress.cell_done(cell, row)
         return row
 
     def _record_failed(self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int],
                        folded: dict[str, Any]) -> dict[str, Any]:
-        row = {"cell_id": cell.cell_id, "attempt": ctx["tag"], "pass": cell.pass_, "arm": cell.arm,
-               "depth": cell.depth, "index": cell.index, "server_key": cell.server_key,
-               "status": "failed", "startup_s": None, "decode_ms_per_token": None,
-               "server_decode_ms_per_token": None, "error": error, "log_tail": tail,
-               "leftover_pids": left, "log_path": str(ctx["log"].relative_to(self.store.root)),
-               "routing": folded, "finished": now()}
+        row = cell_row(cell_id=cell.cell_id, attempt=ctx["tag"], pass_=cell.pass_, arm=cell.arm,
+                       depth=cell.depth, index=cell.index, server_key=cell.server_key,
+                       status="failed", startup_s=None, decode_ms_per_token=None,
+                       server_decode_ms_per_token=None, error=error, log_tail=tail,
+                       leftover_pids=left, log_path=str(ctx["log"].relative_to(self.store.root)),
+                       routing=folded, finished=now())
         self.store.append(CELLS, row)
         self.progress.cell_done(cell, row)
         return row

@@ -22,13 +22,14 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from e2e import formats
 from e2e.errors import UserError
 
-SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
+KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -48,16 +49,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 break  # torn last line
             raise UserError(f"{path}: line {i + 1} is not JSON (file damaged)") from None
     return rows
-
-
-def check_schema(rows: list[dict[str, Any]], path: Path) -> None:
-    for r in rows[:1]:
-        v = r.get("schema_version")
-        if v != SCHEMA_VERSION:
-            raise UserError(
-                f"{path}: schema_version {v} but this harness reads {SCHEMA_VERSION}; "
-                "use the harness version that wrote it"
-            )
 
 
 def _set_aside_torn_tail(path: Path) -> None:
@@ -84,6 +75,17 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not JSON ({exc}) (file damaged)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 class RunStore:
@@ -164,8 +166,9 @@ class RunStore:
         self._guarded(lambda: write_json_atomic(self.root / PLAN, cells))
 
     def append(self, name: str, row: dict[str, Any]) -> None:
-        """Append one row and fsync it: a crash after this returns cannot lose the row."""
-        row = {"schema_version": SCHEMA_VERSION, **row}
+        """Append one row and fsync it: a crash after this returns cannot lose the row. Rows are
+        built by formats.cell_row / request_row; a bare dict gets the file kind's version."""
+        row = {"schema_version": formats.VERSIONS[KIND[name]], **row}
         line = (json.dumps(row, default=str) + "\n").encode()
 
         def do() -> None:
@@ -191,20 +194,16 @@ class RunStore:
 
     # -- reading ------------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
-        return json.loads((self.root / MANIFEST).read_text())
+        return formats.read_manifest(_read_json(self.root / MANIFEST), str(self.root / MANIFEST))
 
     def plan(self) -> list[dict[str, Any]]:
-        return json.loads((self.root / PLAN).read_text())
+        return formats.read_plan(_read_json(self.root / PLAN), str(self.root / PLAN))
 
     def cells(self) -> list[dict[str, Any]]:
-        rows = read_jsonl(self.root / CELLS)
-        check_schema(rows, self.root / CELLS)
-        return rows
+        return formats.read_rows("cells", read_jsonl(self.root / CELLS), str(self.root / CELLS))
 
     def requests(self) -> list[dict[str, Any]]:
-        rows = read_jsonl(self.root / REQUESTS)
-        check_schema(rows, self.root / REQUESTS)
-        return rows
+        return formats.read_rows("requests", read_jsonl(self.root / REQUESTS), str(self.root / REQUESTS))
 
     def finished_cell_ids(self) -> set[str]:
         return {r["cell_id"] for r in self.cells()}

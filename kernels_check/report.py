@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
+from e2e.formats import VERSIONS
 from e2e.store import read_jsonl, write_json_atomic
 
 ROWS = "rows.jsonl"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = VERSIONS["kernels"]
 
 
 def load_rows(run_dir: Path) -> tuple[dict, list[dict]]:

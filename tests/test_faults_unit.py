@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from e2e.cli import main
 from e2e.config import parse_config
 from e2e.errors import UserError
+from e2e.formats import cell_row
 from e2e.manifest import redact_args, redact_env
 from e2e.measure import CellClient, check_row
 from e2e.server import ServerSpec, port_in_use
@@ -104,10 +105,10 @@ def _fail_writes(monkeypatch, err):
 @pytest.mark.parametrize("err, msg", [(errno.ENOSPC, "disk full"), (errno.EROFS, "not writable")])
 def test_disk_full_or_read_only_stops_with_clear_message_and_keeps_rows(tmp_path, monkeypatch, err, msg):
     with RunStore.create(tmp_path / "r") as s:
-        s.append(CELLS, {"cell_id": "kept", "attempt": "0"})
+        s.append(CELLS, cell_row(cell_id="kept", attempt="0", pass_=1, arm="a", depth=1, status="ok"))
         _fail_writes(monkeypatch, err)
         with pytest.raises(UserError, match=msg):
-            s.append(CELLS, {"cell_id": "lost", "attempt": "0"})
+            s.append(CELLS, cell_row(cell_id="lost", attempt="0", pass_=1, arm="a", depth=1, status="ok"))
     monkeypatch.undo()
     assert [r["cell_id"] for r in RunStore(tmp_path / "r").cells()][0] == "kept"
 
@@ -203,7 +204,7 @@ def test_written_files_are_never_world_writable(tmp_path, in_root):
         assert main(["--config", "configs/cpu-demo.toml", "--dry-run"]) == 0  # main tightens umask
         with RunStore.create(tmp_path / "r") as s:
             s.write_manifest({"a": 1})
-            s.append(CELLS, {"cell_id": "x", "attempt": "0"})
+            s.append(CELLS, cell_row(cell_id="x", attempt="0", pass_=1, arm="a", depth=1, status="ok"))
     finally:
         os.umask(old)
     for p in (tmp_path / "r").rglob("*"):

@@ -70,7 +70,7 @@ def test_write_report_files_and_decisions(tmp_path):
     paths = report.write_report(run)
     assert {p.name for p in paths} == set(report.FILES)
     s = json.loads((run / "summary.json").read_text())
-    assert s["schema_version"] == stats.SCHEMA_VERSION
+    assert s["schema_version"] == report.SCHEMA_VERSION
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
     assert [c["depth"] for c in pooled] == [1024, 8192]
     assert all(c["decision"] == "slower" and c["ratio"] == pytest.approx(1.2, rel=0.05) for c in pooled)

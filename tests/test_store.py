@@ -4,13 +4,18 @@ from __future__ import annotations
 import pytest
 
 from e2e.errors import UserError
+from e2e.formats import cell_row
 from e2e.store import CELLS, RunStore, counted_requests, read_jsonl
+
+
+def row(cell_id: str, attempt: str = "0") -> dict:
+    return cell_row(cell_id=cell_id, attempt=attempt, pass_=1, arm="a", depth=1, status="ok")
 
 
 def test_append_and_read_back(tmp_path):
     with RunStore.create(tmp_path / "r") as s:
-        s.append(CELLS, {"cell_id": "a", "attempt": "0"})
-        s.append(CELLS, {"cell_id": "b", "attempt": "0"})
+        s.append(CELLS, row("a"))
+        s.append(CELLS, row("b"))
         assert [r["cell_id"] for r in s.cells()] == ["a", "b"]
         assert s.cells()[0]["schema_version"] == 1
 
@@ -18,12 +23,12 @@ def test_append_and_read_back(tmp_path):
 def test_torn_last_line_is_tolerated_and_repaired_on_append(tmp_path):
     s = RunStore.create(tmp_path / "r")
     with s:
-        s.append(CELLS, {"cell_id": "a", "attempt": "0"})
+        s.append(CELLS, row("a"))
     with open(tmp_path / "r" / CELLS, "ab") as f:
         f.write(b'{"schema_version": 1, "cell_id": "b", "att')
     assert [r["cell_id"] for r in read_jsonl(tmp_path / "r" / CELLS)] == ["a"]
     with RunStore(tmp_path / "r") as s2:
-        s2.append(CELLS, {"cell_id": "c", "attempt": "0"})
+        s2.append(CELLS, row("c"))
         assert [r["cell_id"] for r in s2.cells()] == ["a", "c"]
 
 
