@@ -220,8 +220,10 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
         raise UserError(f"{source}: {_first_error(exc)}") from None
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a TOML file and apply overrides given as dotted keys ({"run.order": "both"})."""
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None,
+                arms: list[str] | None = None) -> Config:
+    """Read a TOML file, keep only `arms` (in that order) when given, and apply overrides given as
+    dotted keys ({"run.order": "both"})."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -231,9 +233,24 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
         raise UserError(f"{p}: not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read: {exc}") from None
+    if arms is not None:
+        data["arms"] = select_arms(data.get("arms", []), arms, str(p))
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)
     return parse_config(data, str(p))
+
+
+def select_arms(data_arms: Any, names: list[str], source: str) -> list[dict[str, Any]]:
+    """The named arms of a config's [[arms]] tables, in the order given."""
+    if not isinstance(data_arms, list) or not all(isinstance(a, dict) for a in data_arms):
+        raise UserError(f"{source}: arms must be [[arms]] tables")
+    by_name = {a.get("name"): a for a in data_arms}
+    out = []
+    for n in names:
+        if n not in by_name:
+            raise UserError(f"--arms: no arm named {n!r} (have: {', '.join(map(str, by_name))})")
+        out.append(by_name[n])
+    return out
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

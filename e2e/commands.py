@@ -1,0 +1,229 @@
+"""The subcommands: one class each (asv's Command, vLLM sweep's subcommand table), shared flag
+groups, and the table the CLI is built from. A command's run() returns the exit status; library
+code raises UserError for bad input (exit 2) and never calls sys.exit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
+
+
+# -- shared flag groups ---------------------------------------------------------------------------
+def csv_ints(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+
+
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="TOML config (default: %(default)s)")
+
+
+def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="results root (default from config: results)")
+    p.add_argument("--run-id", help="name of the run folder (default: time stamp + config name)")
+
+
+def add_arms_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--arms", help=f"comma-separated subset of the config's arms, in this order ({what})")
+
+
+def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") -> Path:
+    """results/<run-id>: the run id given, or a time stamp and the config's name."""
+    name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}{suffix}"
+    return Path(out or cfg.run.out) / name
+
+
+# -- the commands ---------------------------------------------------------------------------------
+class Command:
+    name = ""
+    help = ""
+    add_help = True
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        pass
+
+    def run(self, a: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+class Run(Command):
+    name, help = "run", "run the latency cells (the default)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        add_config_flag(p)
+        p.add_argument("--order", help="stock-first | widened-first | <arm>-first | both")
+        p.add_argument("--passes", type=int, help="passes, alternating the arm order")
+        p.add_argument("--depths", type=csv_ints, help="comma-separated context depths in tokens")
+        add_arms_flag(p, "the first is the reference")
+        p.add_argument("--reps", type=int, help="timed rounds per cell (workload.rounds)")
+        add_run_folder_flags(p)
+        p.add_argument("--model", help="model path or hub name")
+        p.add_argument("--tp", type=int, help="tensor parallel size")
+        p.add_argument("--server-mode", choices=("fresh", "per-arm-pass"),
+                       help="fresh server per cell (default) or one per arm and pass")
+        p.add_argument("--retries", type=int, help="fresh-server retries of a failed cell")
+        p.add_argument("--target-ci", type=float, metavar="PCT",
+                       help="measure each cell until its 95 %% CI half-width is below PCT %% of the "
+                            "estimate (or workload.max_rounds)")
+        p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
+        p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+        p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+        p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
+        p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
+        p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
+        p.add_argument("--limit", type=int, help="gsm8k: only the first N questions")
+        p.add_argument("--gsm8k-aa", metavar="ARM", help="gsm8k: also run ARM on a second fresh server (A/A)")
+
+    @staticmethod
+    def overrides(a: argparse.Namespace) -> dict[str, Any]:
+        o: dict[str, Any] = {}
+        for flag, key in (("order", "run.order"), ("passes", "run.passes"), ("depths", "workload.depths"),
+                          ("reps", "workload.rounds"), ("out", "run.out"), ("model", "model.path"),
+                          ("tp", "server.tensor_parallel_size"), ("server_mode", "server.mode"),
+                          ("retries", "run.retries"), ("target_ci", "workload.target_ci_pct")):
+            v = getattr(a, flag, None)
+            if v is not None:
+                o[key] = v
+        if getattr(a, "fail_fast", False):
+            o["run.fail_fast"] = True
+        return o
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import session
+        from e2e.config import load_config
+        from e2e.plan import make_plan
+        from e2e.progress import make_console
+
+        opts = session.Options(progress=not a.no_progress, gsm8k=not a.no_gsm8k, gsm8k_limit=a.limit,
+                               gsm8k_aa=a.gsm8k_aa)
+        if a.resume:
+            return session.resume(Path(a.resume), make_console(stderr=True), opts)
+        arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
+        cfg = load_config(a.config, self.overrides(a), arms=arms)
+        cells = make_plan(cfg)
+        if a.dry_run:
+            return _print_plan(cfg, cells, a.json)
+        return session.start(cfg, cells, run_folder(cfg, None, a.run_id), make_console(stderr=True), opts)
+
+
+def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:
+    from e2e.plan import plan_table_rows
+    from e2e.progress import make_console
+
+    if as_json:
+        print(json.dumps([c.to_dict() for c in cells], indent=1))
+        return 0
+    from rich.table import Table
+    t = Table(title=f"plan: {cfg.name} ({len(cells)} cells, server mode {cfg.server.mode})")
+    for col in ("index", "pass", "arm", "depth", "cell_id"):
+        t.add_column(col)
+    for r in plan_table_rows(cells):
+        t.add_row(*r)
+    make_console().print(t)
+    return 0
+
+
+class Gsm8k(Command):
+    name, help = "gsm8k", "paired gsm8k sign-off of the arms (lm-eval)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from e2e.accuracy import command
+        command.add_args(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e.accuracy import command
+        return command.main(a)
+
+
+class Report(Command):
+    name, help = "report", "summary.json/csv, report.md and figures for a run"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", help="a run folder (results/<run-id>)")
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e.report import write_report
+        for path in write_report(Path(a.run_dir)):
+            print(path)
+        return 0
+
+
+class Compare(Command):
+    name, help = "compare", "RUN_A RUN_B: same decision rule; exit 1 on a significant regression"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from e2e import compare
+        compare.add_compare_args(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import compare
+        return compare.compare_main(a)
+
+
+class History(Command):
+    name, help = "history", "a table and a plot over a folder of runs"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from e2e import compare
+        compare.add_history_args(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import compare
+        return compare.history_main(a)
+
+
+class Twin(Command):
+    name, help = "twin", "build a random-weight shape twin of a model"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from e2e import twin
+        twin.add_args(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import twin
+        return twin.main(a)
+
+
+class Assets(Command):
+    name, help = "assets", "fetch and build models and data"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from e2e import assets
+        assets.add_args(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import assets
+        return assets.main(a)
+
+
+class Kernels(Command):
+    """Its own command line (kernels_check.cli), passed through whole."""
+    name, help = "kernels", "kernel-level routing and error check (GPU): python -m kernels_check --help"
+    add_help = False
+
+    def run_argv(self, argv: list[str]) -> int:
+        from kernels_check.cli import main as kernels_main
+        return kernels_main(argv)
+
+
+COMMANDS: dict[str, Command] = {c.name: c for c in (Run(), Assets(), Gsm8k(), Twin(), Kernels(),
+                                                     Report(), Compare(), History())}
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_e2e.py", description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command")
+    for c in COMMANDS.values():
+        c.add_arguments(sub.add_parser(c.name, help=c.help, add_help=c.add_help))
+    return p
+
+

@@ -1,0 +1,92 @@
+"""A run from start to report: create or reopen the run folder, write the manifest and plan, run
+the cells (e2e/runner.py), then the gsm8k sign-off, then the report. The CLI calls this; nothing
+else imports the run loop.
+
+Exit status: 0 done (and gsm8k passed, when it ran), 1 done with failed cells or a sign-off that did
+not pass, 130 interrupted (servers stopped, rows kept, resumable with --resume).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e.config import Config, parse_config
+from e2e.formats import now
+from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
+from e2e.launch import build_manifest
+from e2e.plan import Cell
+from e2e.progress import Progress, cells_table
+from e2e.runner import Runner, make_sampler
+from e2e.stats import target_ci_stop_rule
+from e2e.store import RunStore
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line says about a run beyond its config."""
+    progress: bool = True
+    gsm8k: bool = True                 # run the sign-off when the config enables it
+    gsm8k_limit: int | None = None
+    gsm8k_aa: str | None = None
+
+
+def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Options) -> int:
+    """A new run folder at root (refused if it exists and is not empty), then execute()."""
+    sampler = make_sampler(cfg)  # bad input before a run folder exists
+    store = RunStore.create(root)
+    with store:
+        store.write_manifest(build_manifest(cfg, root.name, cells))
+        store.write_plan([c.to_dict() for c in cells])
+        return execute(cfg, store, cells, console, opts, sampler)
+
+
+def resume(run_dir: Path, console: Any, opts: Options) -> int:
+    """Finish the missing cells of a run folder with the config it recorded."""
+    store = RunStore.open_existing(run_dir)
+    with store:
+        m = store.manifest()
+        cfg = parse_config(m["config"], f"{run_dir}/manifest.json")
+        cells = [Cell(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
+                      server_key=c["server_key"]) for c in store.plan()]
+        sampler = make_sampler(cfg)
+        m.setdefault("resumes", []).append({"started": now(), "git": m.get("git")})
+        store.write_manifest(m)
+        return execute(cfg, store, cells, console, opts, sampler)
+
+
+def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
+            sampler: Any) -> int:
+    from e2e.report import write_report
+
+    console.print(f"run folder: {store.root}")
+    runner = Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
+                    stop_rule_factory=target_ci_stop_rule)
+    try:
+        runner.run()
+    except INTERRUPTS:
+        store.update_manifest(status="interrupted", ended=now())
+        console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
+                      f"continue with --resume {store.root}")
+        return 130
+    rows = store.cells()  # every finished cell, this call's and earlier ones' (resume)
+    failed = [r for r in rows if r["status"] != "ok"]
+    console.print(cells_table(rows, title=f"{cfg.name}: decode ms per token"))
+    verdict = None
+    if cfg.gsm8k.enabled and opts.gsm8k:  # the accuracy sign-off, each arm on a fresh server
+        from e2e.accuracy.command import run_gsm8k
+        try:
+            with sigterm_as_interrupt():
+                g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], opts.gsm8k_limit,
+                              aa=opts.gsm8k_aa, console=console)
+        except INTERRUPTS:
+            store.update_manifest(status="interrupted", ended=now())
+            console.print(f"interrupted during gsm8k; latency rows are complete in {store.root}")
+            return 130
+        verdict = g["verdict"]
+        store.update_manifest(gsm8k_verdict=verdict)
+        console.print(f"gsm8k sign-off: {verdict} ({store.root / 'gsm8k' / 'gsm8k.md'})")
+    store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
+    write_report(store.root)
+    console.print(f"report: {store.root / 'report.md'}")
+    return 1 if failed or verdict not in (None, "pass") else 0
