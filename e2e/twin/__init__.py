@@ -12,7 +12,8 @@ model.
     python run_e2e.py twin --pack-tokenizer assets/gemma-3-270m --out assets/tokenizers/gemma3
 
 One module per stage: targets (what to build) -> tensors (which tensors) -> values (their bytes) ->
-shards (safetensors files) -> build (the folder, with tokenizer and stamp); command is the CLI.
+shards (safetensors files) -> build (the folder; tokenizer files from tokenizer, the stamp from stamp).
+command is the CLI; `run_e2e.py assets random` calls the same build_twin.
 """
 from e2e.twin.build import build_twin
 from e2e.twin.command import add_args, main

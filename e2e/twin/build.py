@@ -32,6 +32,14 @@ def storage_format(target: Target) -> str:
     return "bf16"
 
 
+def generation_config(config: dict[str, Any]) -> dict[str, Any]:
+    if "gemma" in str(config.get("model_type")):
+        return {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0}
+    # Other models: the token ids of their config, as transformers' save_pretrained writes them.
+    ids = ("bos_token_id", "eos_token_id", "pad_token_id")
+    return {k: config[k] for k in ids if config.get(k) is not None}
+
+
 def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
                tokenizer_from: Path | None = None, overrides: dict[str, Any] | None = None,
                shard_gb: float = DEFAULT_SHARD_GB, force: bool = False) -> Path:
@@ -53,9 +61,7 @@ def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
     t0 = time.monotonic()
     written = write_shards(specs, tmp, seed, int(shard_gb * 1e9))
     (tmp / "config.json").write_text(json.dumps(target.config, indent=2) + "\n")
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0}
-        if "gemma" in str(target.config.get("model_type")) else {}, indent=2) + "\n")
+    (tmp / "generation_config.json").write_text(json.dumps(generation_config(target.config), indent=2) + "\n")
     tok = install_tokenizer(tokenizer_from, tmp) if tokenizer_from else []
     if target.config.get("model_type") == "gemma3":
         add_gemma3_processor(tmp, target.config)

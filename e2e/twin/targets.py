@@ -197,6 +197,8 @@ def resolve_target(like: str, multimodal: bool = False, overrides: dict[str, Any
     if multimodal:
         raise UserError("--multimodal applies to built-ins; a config.json is built as it is")
     _apply_overrides(cfg, overrides)
+    if cfg.get("dtype") is None and cfg.get("torch_dtype") is None:
+        cfg["torch_dtype"] = "bfloat16"  # what is written; unstated, loaders would take float32
     quant = _scheme_of(cfg.get("quantization_config"), path)
     name = cfg.get("_name_or_path") or path.parent.name
     return Target(str(name), cfg, quant, "vision_config" in cfg)

@@ -5,6 +5,7 @@ get the compressed-tensors layout that vLLM registers.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,9 @@ def tensor_plan(target: Target) -> list[TensorSpec]:
         raise UserError(f"transformers cannot build a {model_type!r} config: {exc}") from None
     model = _meta_model(hf_config, cfg.get("architectures") or [])
     ignore = (target.config.get("quantization_config") or {}).get("ignore", ["lm_head"])
-    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    layernorms = {n for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)}
+    modules = dict(model.named_modules())
+    linears = {n for n, m in modules.items() if isinstance(m, nn.Linear)}
+    neutral: dict[type, str] = {}
     specs: list[TensorSpec] = []
     for name, p in model.named_parameters():  # tied weights appear once (lm_head is tied in Gemma)
         mod, _, leaf = name.rpartition(".")
@@ -76,14 +78,40 @@ def tensor_plan(target: Target) -> list[TensorSpec]:
             specs += _quantized_linear(mod, shape, target.quant)
         elif len(shape) >= 2:
             specs.append(TensorSpec(name, shape, "BF16", "random", rms=1.0 / math.sqrt(math.prod(shape[1:]))))
-        elif leaf == "weight" and mod in layernorms:
-            specs.append(TensorSpec(name, shape, "BF16", "ones"))
-        else:  # biases; Gemma RMSNorm weights (scale is 1 + w)
+        elif leaf == "weight":  # norm weights
+            specs.append(TensorSpec(name, shape, "BF16", _neutral_fill(modules[mod], neutral)))
+        else:  # biases
             specs.append(TensorSpec(name, shape, "BF16", "zeros"))
     if target.config.get("model_type") == "gemma3":
         specs = [TensorSpec(_published_gemma3_name(s.name), s.shape, s.dtype, s.fill, s.rms, s.value)
                  for s in specs]
     return specs
+
+
+def _neutral_fill(module: Any, cache: dict[type, str]) -> str:
+    """"zeros" or "ones": the weight that makes this norm a plain normalisation.
+
+    Gemma's RMSNorm scales by (1 + w), LayerNorm and Llama's RMSNorm by w (zeros there would zero the
+    residual stream). Found by running a CPU copy of the module with every parameter 0 on ones: a
+    zero output means it scales by w. A module that does not run that way gets ones, the choice
+    that cannot silence the model.
+    """
+    kind = type(module)
+    if kind not in cache:
+        import torch
+
+        cache[kind] = "ones"
+        try:
+            probe = copy.deepcopy(module).to_empty(device="cpu")
+            with torch.no_grad():
+                for t in [*probe.parameters(), *probe.buffers()]:
+                    t.zero_()
+                y = probe(torch.ones(1, 1, module.weight.shape[-1], dtype=module.weight.dtype))
+            if torch.is_tensor(y) and torch.count_nonzero(y) == y.numel():
+                cache[kind] = "zeros"
+        except Exception:  # any module may sit here; ones is the safe fill
+            pass
+    return cache[kind]
 
 
 # transformers 5 names the wrapper's tensors model.language_model.* / model.vision_tower.embeddings.*;
