@@ -25,7 +25,7 @@ from e2e.formats import VERSIONS, now
 from e2e.plugin import contract as pc
 from e2e.plan import Cell
 from e2e.server import ServerSpec
-from e2e.twin import read_stamp
+from e2e.twin.stamp import read_stamp
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
