@@ -106,8 +106,6 @@ class RunAnalysis:
                    "startup_s": _float(c.get("startup_s")) if c else None}
             cs = self.cells.get((base["arm"], base["depth"], base["pass"])) if c and c.get("status") == "ok" else None
             row.update(cs.to_dict() if cs else {})
-            routing = (c or {}).get("routing")
-            row["routing_summary"] = routing.get("summary") if isinstance(routing, dict) else None
             out.append(row)
         return out
 

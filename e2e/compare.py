@@ -12,7 +12,6 @@ the pooled estimate with its interval, and each run decided against the run befo
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -20,12 +19,13 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from e2e import stats
+from e2e import stats, tables
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
 from e2e.errors import UserError
 from e2e.progress import make_console
 from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
+from e2e.tables import num
 
 # name -> how to read it from an analysed run. Samples from runs that differ in any of these are
 # "not comparable", never pooled or compared.
@@ -72,8 +72,6 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None) 
     return rows
 
 
-def _f(x: Any, fmt: str = "{:.2f}") -> str:
-    return "-" if x is None else fmt.format(x)
 
 
 def compare_table(rows: list[dict[str, Any]], title: str) -> Table:
@@ -82,10 +80,10 @@ def compare_table(rows: list[dict[str, Any]], title: str) -> Table:
         t.add_column(c)
     for r in rows:
         color = {"slower": "red", "faster": "green"}.get(r["decision"], "")
-        t.add_row(r["arm"], str(r["depth"]), _f(r["a"]["estimate_ms"]), _f(r["b"]["estimate_ms"]),
-                  _f(r["ratio"], "{:.3f}"),
-                  f"{_f(r['ratio_ci_lo'], '{:.3f}')} to {_f(r['ratio_ci_hi'], '{:.3f}')}",
-                  _f(r["p_value"], "{:.3g}"), f"[{color}]{r['decision']}[/{color}]" if color else r["decision"])
+        t.add_row(r["arm"], str(r["depth"]), num(r["a"]["estimate_ms"]), num(r["b"]["estimate_ms"]),
+                  num(r["ratio"], "{:.3f}"),
+                  f"{num(r['ratio_ci_lo'], '{:.3f}')} to {num(r['ratio_ci_hi'], '{:.3f}')}",
+                  num(r["p_value"], "{:.3g}"), f"[{color}]{r['decision']}[/{color}]" if color else r["decision"])
     return t
 
 
@@ -180,12 +178,8 @@ def history(folder: Path, order_by: str = "version") -> list[dict[str, Any]]:
 
 
 def history_plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = sorted({(r["order"], r["run"], r["vllm"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(runs)), 4.5))
+    fig, ax = tables.new_figure(max(6, 1.2 * len(runs)), 4.5)
     for key in sorted({(r["arm"], r["depth"]) for r in rows}):
         pts = [r for r in rows if (r["arm"], r["depth"]) == key and r["estimate_ms"] is not None]
         if not pts:
@@ -200,9 +194,7 @@ def history_plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tables.save_figure(fig, path)
 
 
 def add_history_args(p: argparse.ArgumentParser) -> None:
@@ -223,16 +215,12 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
         t.add_column(c)
     for r in rows:
         t.add_row(r["run"], str(r["vllm"]), str(r["started"]), r["arm"], str(r["depth"]),
-                  _f(r["estimate_ms"]), f"{_f(r['ci_lo_ms'])} to {_f(r['ci_hi_ms'])}", str(r["n_cells"]),
+                  num(r["estimate_ms"]), f"{num(r['ci_lo_ms'])} to {num(r['ci_hi_ms'])}", str(r["n_cells"]),
                   str(r["vs_previous"] or "-"))
     console.print(t)
     cols = ["order", "run", "vllm", "started", "arm", "depth", "estimate_ms", "ci_lo_ms", "ci_hi_ms",
             "n_cells", "vs_previous", "ratio_to_previous"]
-    with open(out / "history.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["schema_version", *cols], extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({"schema_version": VERSIONS["history"], **r})
+    tables.write_csv(out / "history.csv", rows, cols, VERSIONS["history"])
     history_plot(rows, out / "history.png")
     console.print(f"wrote {out / 'history.csv'} and {out / 'history.png'}")
     return 0

@@ -8,6 +8,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgre
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
+from e2e.tables import num
+
 
 def make_console(stderr: bool = False) -> Console:
     """A rich console. Written to a file or pipe (CI logs, `2>run.log`) rich assumes 80 columns and
@@ -16,8 +18,6 @@ def make_console(stderr: bool = False) -> Console:
     return console if console.is_terminal else Console(stderr=stderr, width=160)
 
 
-def _f(x: Any, fmt: str = "{:.2f}") -> str:
-    return "-" if x is None else fmt.format(x)
 
 
 class Progress:
@@ -49,10 +49,10 @@ class Progress:
         self.console.print(text)
 
     def cell_done(self, cell: Any, row: dict[str, Any]) -> None:
-        msg = (f"{row['cell_id']}: {row['status']}  start {_f(row.get('startup_s'), '{:.1f}')} s  "
-               f"warm {_f(row.get('warmup_s'), '{:.1f}')} s  measure {_f(row.get('measure_s'), '{:.1f}')} s  "
-               f"decode {_f(row.get('decode_ms_per_token'))} ms/tok  "
-               f"overhead {_f(row.get('client_overhead_ms_median'), '{:.3f}')} ms/req")
+        msg = (f"{row['cell_id']}: {row['status']}  start {num(row.get('startup_s'), '{:.1f}')} s  "
+               f"warm {num(row.get('warmup_s'), '{:.1f}')} s  measure {num(row.get('measure_s'), '{:.1f}')} s  "
+               f"decode {num(row.get('decode_ms_per_token'))} ms/tok  "
+               f"overhead {num(row.get('client_overhead_ms_median'), '{:.3f}')} ms/req")
         if row["status"] != "ok":
             msg += f"  error: {row.get('error')}"
         self.console.print(msg)
@@ -72,7 +72,7 @@ def cells_table(rows: list[dict[str, Any]], title: str = "cells") -> Table:
         t.add_column(col, justify="right" if col not in ("cell", "arm", "status") else "left")
     for r in rows:
         t.add_row(r["cell_id"], r["arm"], str(r["depth"]), r["status"],
-                  _f(r.get("startup_s"), "{:.1f}"), _f(r.get("warmup_s"), "{:.1f}"),
-                  _f(r.get("measure_s"), "{:.1f}"), _f(r.get("decode_ms_per_token")),
-                  _f(r.get("server_decode_ms_per_token")), _f(r.get("client_overhead_ms_median"), "{:.3f}"))
+                  num(r.get("startup_s"), "{:.1f}"), num(r.get("warmup_s"), "{:.1f}"),
+                  num(r.get("measure_s"), "{:.1f}"), num(r.get("decode_ms_per_token")),
+                  num(r.get("server_decode_ms_per_token")), num(r.get("client_overhead_ms_median"), "{:.3f}"))
     return t

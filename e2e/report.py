@@ -9,16 +9,16 @@ CSV, a line in Markdown).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from e2e import stats
+from e2e import stats, tables
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
 from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
+from e2e.tables import interval, num
 
 SCHEMA_VERSION = VERSIONS["summary"]
 
@@ -26,14 +26,8 @@ FILES = ("summary.json", "summary.csv", "comparisons.csv", "report.md",
          "decode_vs_depth.png", "ratio_vs_depth.png")
 
 
-def _f(x: Any, fmt: str = "{:.2f}") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return fmt.format(x)
 
 
-def _ci(lo: Any, hi: Any, fmt: str = "{:.2f}") -> str:
-    return "-" if lo is None or hi is None else f"{fmt.format(lo)} to {fmt.format(hi)}"
 
 
 def graph_mode(cfg: dict[str, Any]) -> str:
@@ -81,13 +75,6 @@ def summary(a: RunAnalysis) -> dict[str, Any]:
             "roofline": a.roofline, "warnings": a.warnings}
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]], cols: list[str]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["schema_version", *cols], extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({"schema_version": SCHEMA_VERSION,
-                        **{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}})
 
 
 CELL_COLS = ["cell_id", "pass", "arm", "depth", "status", "stopped_by", "estimate_ms", "ci_lo_ms",
@@ -106,8 +93,8 @@ def write_report(run_dir: Path | str) -> list[Path]:
     written = []
     write_json_atomic(root / "summary.json", s)
     written.append(root / "summary.json")
-    _write_csv(root / "summary.csv", s["cells"], CELL_COLS)
-    _write_csv(root / "comparisons.csv", s["comparisons"], CMP_COLS)
+    tables.write_csv(root / "summary.csv", s["cells"], CELL_COLS, SCHEMA_VERSION)
+    tables.write_csv(root / "comparisons.csv", s["comparisons"], CMP_COLS, SCHEMA_VERSION)
     written += [root / "summary.csv", root / "comparisons.csv"]
     written += figures(a, root)
     (root / "report.md").write_text(markdown(a, s, root))
@@ -117,12 +104,8 @@ def write_report(run_dir: Path | str) -> list[Path]:
 
 # -- figures ------------------------------------------------------------------------------------
 def figures(a: RunAnalysis, root: Path) -> list[Path]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = tables.new_figure()
     for arm in a.arms:
         for p in a.passes:
             pts = [(d, a.cells[(arm, d, p)]) for d in a.depths
@@ -141,12 +124,9 @@ def figures(a: RunAnalysis, root: Path) -> list[Path]:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(root / "decode_vs_depth.png", dpi=120)
-    plt.close(fig)
-    out.append(root / "decode_vs_depth.png")
+    out.append(tables.save_figure(fig, root / "decode_vs_depth.png"))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = tables.new_figure()
     band = a.min_effect_pct / 100
     ax.axhspan(1 - band, 1 + band, color="grey", alpha=0.15, label=f"min effect ±{a.min_effect_pct:g} %")
     ax.axhline(1.0, color="black", lw=0.8)
@@ -169,18 +149,11 @@ def figures(a: RunAnalysis, root: Path) -> list[Path]:
     ax.set_title("Arm ratio per depth (95 % CI)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(root / "ratio_vs_depth.png", dpi=120)
-    plt.close(fig)
-    out.append(root / "ratio_vs_depth.png")
+    out.append(tables.save_figure(fig, root / "ratio_vs_depth.png"))
     return out
 
 
 # -- markdown -----------------------------------------------------------------------------------
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
@@ -191,7 +164,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
         md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
                f"twin of `{f['twin_of']}`: same shapes and format, NOT the real model. Latency only; "
                "no accuracy figure here means anything.", ""]
-    md += [_table(["", ""], [
+    md += [tables.markdown(["", ""], [
         ["vLLM", f["vllm"] or "unknown"], ["GPU", f["gpu"] or "none recorded (CPU?)"],
         ["model", f"`{f['model']}`" + (f" (twin of `{f['twin_of']}`)" if f["twin_of"] else "")],
         ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
@@ -206,36 +179,36 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
 
     md += ["## Arms compared (pooled over passes; a server is one replicate)", ""]
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
-    md += [_table(["arm / ref", "depth", "ratio", "95 % CI", "diff ms/tok (CI)", "p", "test", "decision"],
-                  [[f"{c['arm']} / {c['reference']}", str(c["depth"]), _f(c["ratio"], "{:.3f}"),
-                    _ci(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                    f"{_f(c['diff_ms'], '{:+.2f}')} ({_f(c['diff_ci_lo_ms'], '{:+.2f}')}..{_f(c['diff_ci_hi_ms'], '{:+.2f}')})",
-                    _f(c["p_value"], "{:.3g}"), c["test"], f"**{c['decision']}**"] for c in pooled])
+    md += [tables.markdown(["arm / ref", "depth", "ratio", "95 % CI", "diff ms/tok (CI)", "p", "test", "decision"],
+                  [[f"{c['arm']} / {c['reference']}", str(c["depth"]), num(c["ratio"], "{:.3f}"),
+                    interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
+                    f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
+                    num(c["p_value"], "{:.3g}"), c["test"], f"**{c['decision']}**"] for c in pooled])
            if pooled else "Only one arm: nothing to compare.", ""]
     per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
     if per_pass:
         md += ["Per pass (within two servers only: the interval leaves out between-server variance):", "",
-               _table(["arm / ref", "depth", "pass", "ratio", "95 % CI", "p", "decision"],
+               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI", "p", "decision"],
                       [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
-                        _f(c["ratio"], "{:.3f}"),
-                        _ci(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                        _f(c["p_value"], "{:.3g}"), c["decision"]] for c in per_pass]), ""]
+                        num(c["ratio"], "{:.3f}"),
+                        interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
+                        num(c["p_value"], "{:.3g}"), c["decision"]] for c in per_pass]), ""]
     md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
 
-    md += ["## Cells", "", _table(
+    md += ["## Cells", "", tables.markdown(
         ["cell", "status", "ms/token", "95 % CI", "±%", "CV %", "rounds", "server ms/tok", "client-server %", "stopped by"],
-        [[c["cell_id"], c["status"], _f(c.get("estimate_ms")),
-          _ci(c.get('ci_lo_ms'), c.get('ci_hi_ms')), _f(c.get("half_width_pct"), "{:.1f}"),
-          _f(c.get("cv_pct"), "{:.1f}"), _f(c.get("n_rounds"), "{}"), _f(c.get("server_estimate_ms")),
-          _f(c.get("server_disagreement_pct"), "{:+.1f}"), str(c.get("stopped_by") or "-")]
+        [[c["cell_id"], c["status"], num(c.get("estimate_ms")),
+          interval(c.get('ci_lo_ms'), c.get('ci_hi_ms')), num(c.get("half_width_pct"), "{:.1f}"),
+          num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"), num(c.get("server_estimate_ms")),
+          num(c.get("server_disagreement_pct"), "{:+.1f}"), str(c.get("stopped_by") or "-")]
          for c in s["cells"]]), "", "![decode ms/token vs depth](decode_vs_depth.png)", ""]
 
     md += ["## Pass agreement (same arm, same depth, across passes)", ""]
     ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
     if ag:
         md += [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "",
-               _table(["arm", "depth", "largest difference %", "beyond the intervals"],
-                      [[x["arm"], str(x["depth"]), _f(x["max_rel_diff_pct"], "{:.1f}"),
+               tables.markdown(["arm", "depth", "largest difference %", "beyond the intervals"],
+                      [[x["arm"], str(x["depth"]), num(x["max_rel_diff_pct"], "{:.1f}"),
                         "**yes**" if x["flagged"] else "no"] for x in ag]), ""]
     else:
         md += ["One pass only: no agreement to report.", ""]
@@ -248,7 +221,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
         md += [f"{rf['gpu'] or 'GPU'} at {rf['bandwidth_gbps']:.0f} GB/s ({rf['bandwidth_source']}), TP {rf['tp']}, "
                f"weights {rf['quantization']} ({rf['weight_bits']:.3f} bits/weight), "
                f"{rf['global_layers']} global + {rf['sliding_layers']} sliding layers (window {rf['window']}).", "",
-               _table(["depth", "GB/step/GPU (weights + lm_head + KV)", "floor ms", "measured / floor"],
+               tables.markdown(["depth", "GB/step/GPU (weights + lm_head + KV)", "floor ms", "measured / floor"],
                       [[d, f"{e['bytes_per_gpu']['total'] / 1e9:.2f} ({e['bytes_per_gpu']['weights'] / 1e9:.2f} + "
                            f"{e['bytes_per_gpu']['lm_head'] / 1e9:.2f} + {e['bytes_per_gpu']['kv'] / 1e9:.2f})",
                         f"{e['floor_ms']:.3f}",
@@ -262,7 +235,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
         md += ["## Server starts", "",
                f"Compile cache: `{(a.manifest.get('config') or {}).get('server', {}).get('compile_cache', 'vllm-default (not recorded: the run predates the setting)')}` "
                "(per-arm: each arm's later starts reuse what its first start compiled; never across arms).", "",
-               _table(["arm", "starts", "first s", "later median s", "saved per start s"],
+               tables.markdown(["arm", "starts", "first s", "later median s", "saved per start s"],
                       [[r["arm"], str(r["starts"]), f(r["first_s"]), f(r["later_median_s"]), f(r["saved_per_start_s"])]
                        for r in starts]), ""]
     md += ["## Routing (recorded inside the vLLM processes)", ""]
@@ -271,15 +244,11 @@ def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
         md += ["Counted by the project's plugin in every vLLM process (per-process records in "
                "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
                "graphs, counts come from capture and eager steps, not from replays.", "",
-               _table(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
+               tables.markdown(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
                       [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
                         ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
                        for r in routing]), ""]
-    notes = [f"- `{cid}`: {c['routing']['summary']}" for cid, c in a.cell_rows.items()
-             if isinstance(c.get("routing"), dict) and c["routing"].get("summary")]
-    if notes:  # a record that carries its own one-line summary
-        md += notes + [""]
-    if not routing and not notes:
+    if not routing:
         md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
 
     gs = s.get("gsm8k") or []

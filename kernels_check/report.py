@@ -14,6 +14,7 @@ from typing import Any
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
 from e2e.store import read_jsonl, write_json_atomic
+from e2e.tables import num
 
 ROWS = "rows.jsonl"
 SCHEMA_VERSION = VERSIONS["kernels"]
@@ -141,8 +142,6 @@ def statement(manifest: dict, other: str | None) -> str:
     return "The ROCm custom paged-attention kernel was NOT available on this machine; no comparator ran."
 
 
-def _g(x: Any, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
 
 
 def markdown(manifest: dict, rows: list[dict]) -> str:
@@ -189,9 +188,9 @@ def markdown(manifest: dict, rows: list[dict]) -> str:
         notes = [f"{p}: {e[p + '_status']}" for p in ("triton", o) if e.get(f"{p}_status") not in (None, "ok")]
         notes += [f"{p} score {e[p + '_score']}" for p in ("triton", o) if e.get(f"{p}_score") not in (None, "ok")]
         lines.append(f"| {e['dtype']} | {e['shape']} | {e['ratio']} | {e['context']} | "
-                     f"{_g(e.get('triton_ms'), '.4f')} | {_g(e.get(o + '_ms'), '.4f')} | "
-                     f"{_g(e.get('ratio_triton_over_other'), '.2f')} | {_g(e.get('ratio_graph'), '.2f')} | "
-                     f"{_g(e.get('triton_err'), '.2e')} | {_g(e.get(o + '_err'), '.2e')} | {'; '.join(notes)} |")
+                     f"{num(e.get('triton_ms'), '{:.4f}')} | {num(e.get(o + '_ms'), '{:.4f}')} | "
+                     f"{num(e.get('ratio_triton_over_other'), '{:.2f}')} | {num(e.get('ratio_graph'), '{:.2f}')} | "
+                     f"{num(e.get('triton_err'), '{:.2e}')} | {num(e.get(o + '_err'), '{:.2e}')} | {'; '.join(notes)} |")
     ratios = [e["ratio_triton_over_other"] for e in cells if e.get("ratio_triton_over_other")]
     if ratios:
         lines += ["", f"triton/{o} time ratio (L2-cold, median of each cell): {min(ratios):.2f} to "
@@ -205,14 +204,12 @@ def markdown(manifest: dict, rows: list[dict]) -> str:
 
 def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
     """fig_time_ratio.png (triton/other per shape and depth) and fig_error_vs_depth.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from e2e import tables
 
     other = comparator(manifest, rows)
     cells = cell_table(rows, other)
     made = []
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = tables.new_figure(7, 4.2)
     series: dict[tuple, list] = defaultdict(list)
     for e in cells:
         if e.get("ratio_triton_over_other"):
@@ -227,12 +224,10 @@ def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
     ax.set_title(f"Decode kernel time ratio, L2-cold medians ({manifest.get('gpu', {}).get('name', '')})", fontsize=9)
     if series:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(run_dir / "fig_time_ratio.png", dpi=120)
-    plt.close(fig)
+    tables.save_figure(fig, run_dir / "fig_time_ratio.png")
     made.append("fig_time_ratio.png")
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = tables.new_figure(7, 4.2)
     for p in ("triton", other):
         by_ctx: dict[int, list[float]] = defaultdict(list)
         for e in cells:
@@ -249,9 +244,7 @@ def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
     ax.set_ylabel("relative L-inf error vs fp32 reference")
     ax.set_title("Error against depth (band: all shapes)", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(run_dir / "fig_error_vs_depth.png", dpi=120)
-    plt.close(fig)
+    tables.save_figure(fig, run_dir / "fig_error_vs_depth.png")
     made.append("fig_error_vs_depth.png")
     return made
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from e2e.tables import num
 from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
@@ -203,16 +204,12 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
         ctx.emit(row)
         sc = row.get("score", {})
         ms = row.get("time_cold", {}).get("median_ms")
-        parts.append(f"{p} {row['status']} err {_fmt(sc.get('rel_linf'))} {sc.get('status', '')}"
+        parts.append(f"{p} {row['status']} err {num(sc.get('rel_linf'), '{:.2e}')} {sc.get('status', '')}"
                      + (f" {ms:.4f} ms" if ms is not None else ""))
     ctx.say(f"cell {cell.index:3d} {cell.cell_id}: " + "; ".join(parts)
             + f" ({time.monotonic() - t0:.1f} s)")
     del x, ref
     torch.cuda.empty_cache()
-
-
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:.2e}"
 
 
 # -- the fault sweep -----------------------------------------------------------------------------

@@ -61,7 +61,9 @@ def make_run(root: Path, speeds: dict[str, float], depths=(1024, 8192), passes=2
                                             "valid": True, "invalid_reason": None,
                                             "server_decode_s": (n - 1) * tpt / 1e3})
             store.append(CELLS, {**base, "status": "ok", "stopped_by": "rounds", "startup_s": 100.0,
-                                 "routing": {"n_processes": 5, "summary": f"{c.arm}: triton 10/10 layers"}})
+                                 "routing": {"n_processes": 5, "layer_classes": [
+                                     {"layer_class": "TritonAttentionImpl h128", "n_layers": 10,
+                                      "path": "forward:TritonAttentionImpl", "processes": ["Worker pid 7"]}]}})
     return root
 
 
@@ -84,7 +86,7 @@ def test_write_report_files_and_decisions(tmp_path):
     assert len(rows) == 8 and all(r["schema_version"] == "1" for r in rows)
     md = (run / "report.md").read_text()
     for needle in ("0.26.0", "NVIDIA H200", "gemma-3-27b-it-w4a16", "| tensor parallel | 2 |",
-                   "torch.compile + CUDA graphs", "**slower**", "triton 10/10 layers", "schema_version 1",
+                   "torch.compile + CUDA graphs", "**slower**", "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |", "schema_version 1",
                    "At most", "Floor unavailable: model folder"):
         assert needle in md, needle
     assert "RANDOM-WEIGHT TWIN" not in md

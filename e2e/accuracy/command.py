@@ -24,10 +24,7 @@ from e2e.errors import UserError
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
 from e2e.store import write_json_atomic
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+from e2e.tables import pct
 
 
 def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | None,
@@ -75,7 +72,7 @@ def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | Non
             rec = run_unit(cfg, u, udir, tasks_dir, tasks, limit, settings, say)
             acc = {t: v["accuracy"].get(primary_filter(t)) for t, v in rec.get("tasks", {}).items()}
             say(f"gsm8k {u.label}: {rec['status']}"
-                + (f"  accuracy {', '.join(f'{t} {_pct(a)} %' for t, a in acc.items())}" if acc else "")
+                + (f"  accuracy {', '.join(f'{t} {pct(a)} %' for t, a in acc.items())}" if acc else "")
                 + (f"  error: {rec['error']}" if rec.get("error") else ""))
         records[u] = rec
     summary = summarize(cfg, Path(run_dir), units, records, tasks, settings, aa, data, version)

@@ -11,6 +11,7 @@ from e2e.accuracy.tasks import FULL_SIZE, primary_filter
 from e2e.accuracy.unit import Unit
 from e2e.config import Config
 from e2e.formats import VERSIONS, now
+from e2e.tables import num, pct
 
 SCHEMA_VERSION = VERSIONS["gsm8k-summary"]
 
@@ -120,8 +121,6 @@ def _unit_summary(u: Unit, rec: dict[str, Any], alpha: float) -> dict[str, Any]:
             "lm_eval_log": f"{u.rel}/lm_eval.log"}
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
 
 
 def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
@@ -148,9 +147,9 @@ def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
         for t in s["tasks"]:
             b = u["tasks"].get(t, {}).get("accuracy", {}).get(s["primary_filter"][t])
             cells.append("-" if b is None else
-                         f"{_pct(b['accuracy'])} [{_pct(b['ci_low'])}, {_pct(b['ci_high'])}]")
+                         f"{pct(b['accuracy'])} [{pct(b['ci_low'])}, {pct(b['ci_high'])}]")
         links = ", ".join(f"[{t}]({lp}{u['tasks'][t]['questions']})" for t in s["tasks"] if t in u["tasks"])
-        lines.append(f"| {u['dir']} | {u['status']} | {_fmt(u['startup_s'])} | {_fmt(u['eval_s'])} | "
+        lines.append(f"| {u['dir']} | {u['status']} | {num(u['startup_s'])} | {num(u['eval_s'])} | "
                      + " | ".join(cells) + f" | {links or '-'} |")
     lines += ["", "| comparison | task / filter | n | A % | B % | change pts [CI] | A only | B only "
               "| McNemar p | text differ | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -164,7 +163,7 @@ def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
         if "aa_baseline" in c:
             td += f" (A/A {c['aa_baseline']['text_differ']})"
         lines.append(
-            f"| {name} | {filt} | {c['n']} | {_pct(c['a']['accuracy'])} | {_pct(c['b']['accuracy'])} | "
+            f"| {name} | {filt} | {c['n']} | {pct(c['a']['accuracy'])} | {pct(c['b']['accuracy'])} | "
             f"{100 * c['change']:+.1f} [{100 * c['change_ci_low']:+.1f}, {100 * c['change_ci_high']:+.1f}] | "
             f"{c['table']['a_only']} | {c['table']['b_only']} | {c['mcnemar_p']:.3g} | {td} | "
             f"{c['verdict']} |")
@@ -176,7 +175,3 @@ def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
     lines += ["", "Definitions: " + "; ".join(f"*{k}*: {v}" for k, v in s["definitions"].items()) + ".",
               "", f"Numbers: [summary.json]({lp}summary.json); task files as run: [tasks/]({lp}tasks/).", ""]
     return "\n".join(lines)
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
