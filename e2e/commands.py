@@ -5,6 +5,7 @@ code raises UserError for bad input (exit 2) and never calls sys.exit.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 from pathlib import Path
@@ -131,16 +132,17 @@ def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:
     return 0
 
 
-class Gsm8k(Command):
-    name, help = "gsm8k", "paired gsm8k sign-off of the arms (lm-eval)"
+class Delegate(Command):
+    """A subcommand whose flags and body live in its own module: add(parser) and main(args)."""
+
+    def __init__(self, name: str, help: str, module: str, add: str = "add_args", main: str = "main"):
+        self.name, self.help, self.module, self.add, self.main = name, help, module, add, main
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from e2e.accuracy import command
-        command.add_args(p)
+        getattr(importlib.import_module(self.module), self.add)(p)
 
     def run(self, a: argparse.Namespace) -> int:
-        from e2e.accuracy import command
-        return command.main(a)
+        return getattr(importlib.import_module(self.module), self.main)(a)
 
 
 class Report(Command):
@@ -156,54 +158,6 @@ class Report(Command):
         return 0
 
 
-class Compare(Command):
-    name, help = "compare", "RUN_A RUN_B: same decision rule; exit 1 on a significant regression"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from e2e import compare
-        compare.add_compare_args(p)
-
-    def run(self, a: argparse.Namespace) -> int:
-        from e2e import compare
-        return compare.compare_main(a)
-
-
-class History(Command):
-    name, help = "history", "a table and a plot over a folder of runs"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from e2e import compare
-        compare.add_history_args(p)
-
-    def run(self, a: argparse.Namespace) -> int:
-        from e2e import compare
-        return compare.history_main(a)
-
-
-class Twin(Command):
-    name, help = "twin", "build a random-weight shape twin of a model"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from e2e import twin
-        twin.add_args(p)
-
-    def run(self, a: argparse.Namespace) -> int:
-        from e2e import twin
-        return twin.main(a)
-
-
-class Assets(Command):
-    name, help = "assets", "fetch and build models and data"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        from e2e import assets
-        assets.add_args(p)
-
-    def run(self, a: argparse.Namespace) -> int:
-        from e2e import assets
-        return assets.main(a)
-
-
 class Kernels(Command):
     """Its own command line (kernels_check.cli), passed through whole."""
     name, help = "kernels", "kernel-level routing and error check (GPU): python -m kernels_check --help"
@@ -214,8 +168,18 @@ class Kernels(Command):
         return kernels_main(argv)
 
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (Run(), Assets(), Gsm8k(), Twin(), Kernels(),
-                                                     Report(), Compare(), History())}
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Run(),
+    Delegate("assets", "fetch and build models and data", "e2e.assets"),
+    Delegate("gsm8k", "paired gsm8k sign-off of the arms (lm-eval)", "e2e.accuracy.command"),
+    Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
+    Kernels(),
+    Report(),
+    Delegate("compare", "RUN_A RUN_B: same decision rule; exit 1 on a significant regression",
+             "e2e.compare", "add_compare_args", "compare_main"),
+    Delegate("history", "a table and a plot over a folder of runs", "e2e.compare", "add_history_args",
+             "history_main"),
+)}
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
