@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from e2e import roofline, stats
+from e2e import bandwidth, roofline, stats
 from e2e.errors import UserError
 from e2e.manifest import project_root
 from e2e.store import RunStore, counted_requests
@@ -124,6 +124,25 @@ class RunAnalysis:
                         "saved_per_start_s": (starts[0] - med) if starts and med is not None else None})
         return out
 
+    PHASES = ("api_to_engine_s", "engine_to_worker_s", "weights_s", "compile_s", "compile_cache",
+              "graph_capture_s", "after_capture_s", "engine_init_s", "init_end_to_api_s", "total_logged_s")
+
+    def start_phases(self) -> list[dict[str, Any]]:
+        """Per server start, in run order: startup_s and where it went (e2e/startup_phases.py, read
+        from the server's log). startup_s - total_logged_s is what came before vLLM's first log line
+        (the interpreter starting, importing vLLM)."""
+        out = []
+        for c in sorted(self.cell_rows.values(), key=lambda c: c.get("index", 0)):
+            ph = c.get("startup_phases")
+            if not c.get("startup_s") or not isinstance(ph, dict):
+                continue
+            row = {"cell_id": c["cell_id"], "arm": c["arm"], "pass": c["pass"],
+                   "startup_s": _float(c["startup_s"]), **{k: ph.get(k) for k in self.PHASES}}
+            total = ph.get("total_logged_s")
+            row["before_log_s"] = row["startup_s"] - total if total is not None else None
+            out.append(row)
+        return out
+
     def routing_table(self) -> list[dict[str, Any]]:
         """The run's routing summary from the cells' plugin records: per arm and layer class, which
         attention path it took, on how many layers, in which processes (and the gate's answers).
@@ -208,16 +227,17 @@ class RunAnalysis:
             ((self.manifest.get("config") or {}).get("model") or {}).get("path")
         try:
             mc = roofline.load_model_config(str(model_path), (Path.cwd(), project_root()))
-            rf = roofline.floors(mc, self.depths, self.tp, gpu_name(self.manifest), self.bandwidth_override)
+            measured = bandwidth.measured_gbps(self.manifest.get("gpu_bandwidth"))
+            rf = roofline.floors(mc, self.depths, self.tp, gpu_name(self.manifest), self.bandwidth_override,
+                                 measured_gbps=measured)
         except roofline.Unavailable as exc:
             return {"available": False, "reason": str(exc)}
         for d, entry in rf["per_depth"].items():
-            measured = [self.cells[(a, int(d), p)].estimate for a in self.arms for p in self.passes
-                        if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
-            entry["measured_over_floor"] = {
-                a: [self.cells[(a, int(d), p)].estimate / entry["floor_ms"] for p in self.passes
-                    if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
-                for a in self.arms} if measured else {}
+            for key, floor in (("measured_over_floor", entry["floor_ms"]),
+                               ("measured_over_measured_floor", entry.get("floor_measured_ms"))):
+                entry[key] = {a: [self.cells[(a, int(d), p)].estimate / floor for p in self.passes
+                                  if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
+                              for a in self.arms} if floor else {}
         return rf
 
 

@@ -134,6 +134,8 @@ class StatsCfg(_Frozen):
     min_effect_pct: float = Field(default=2.0, ge=0)
     alpha: float = Field(default=0.05, gt=0, lt=1)
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/bandwidth.py).
+    measure_bandwidth: bool = True
 
 
 class Config(_Frozen):

@@ -118,6 +118,7 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
 def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any]:
     pythons = {a.name: (a.python or cfg.server.python or sys.executable) for a in cfg.arms}
     installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
+    gpu = mf.gpu_driver()
     arm_info = {}
     for a in cfg.arms:
         spec = server_spec(cfg, a, Path("<cell-dir>"))
@@ -135,7 +136,20 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
         "server_mode": cfg.server.mode,
         "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of,
                   "twin_stamp": read_stamp(Path(cfg.model.path))},
-        "arms": arm_info, "host": mf.host(), "gpu": mf.gpu_driver(),
+        "arms": arm_info, "host": mf.host(), "gpu": gpu,
+        "gpu_bandwidth": _gpu_bandwidth(cfg, gpu, pythons[cfg.arms[0].name]),
         "git": mf.git_commit(mf.project_root()), "environment": mf.relevant_env(),
         "resumes": [],
     }
+
+
+def _gpu_bandwidth(cfg: Config, gpu: dict[str, Any], python: str) -> dict[str, Any]:
+    """The read bandwidth this run's GPU reaches, measured once before any server holds it (the
+    roofline's second floor). Skipped without an NVIDIA GPU or when stats.measure_bandwidth is off."""
+    if not cfg.stats.measure_bandwidth:
+        return {"available": False, "reason": "stats.measure_bandwidth = false"}
+    if not gpu.get("nvidia_smi"):
+        return {"available": False, "reason": "no NVIDIA GPU (nvidia-smi found none)"}
+    from e2e import bandwidth
+    env = {**os.environ, **cfg.server.env}
+    return bandwidth.measure(python, "cuda", env=env)

@@ -8,17 +8,14 @@ CSV, a line in Markdown).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from e2e import stats, tables
+from e2e import report_md, tables
 from e2e.analysis import RunAnalysis, gpu_name, vllm_version
 from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
-from e2e.tables import interval, num
 
 SCHEMA_VERSION = VERSIONS["summary"]
 
@@ -70,7 +67,7 @@ def gsm8k_summaries(run_dir: Path) -> list[tuple[Path, Any]]:
 def summary(a: RunAnalysis) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "kind": "e2e-run-summary", "run": run_facts(a),
             "cells": a.cell_table(), "arms": a.arm_table(), "comparisons": a.comparisons,
-            "routing": a.routing_table(), "startups": a.startup_table(),
+            "routing": a.routing_table(), "startups": a.startup_table(), "start_phases": a.start_phases(),
             "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
             "roofline": a.roofline, "warnings": a.warnings}
 
@@ -97,7 +94,7 @@ def write_report(run_dir: Path | str) -> list[Path]:
     tables.write_csv(root / "comparisons.csv", s["comparisons"], CMP_COLS, SCHEMA_VERSION)
     written += [root / "summary.csv", root / "comparisons.csv"]
     written += figures(a, root)
-    (root / "report.md").write_text(markdown(a, s, root))
+    (root / "report.md").write_text(report_md.markdown(a, s))
     written.append(root / "report.md")
     return written
 
@@ -151,130 +148,3 @@ def figures(a: RunAnalysis, root: Path) -> list[Path]:
     ax.legend(fontsize=8)
     out.append(tables.save_figure(fig, root / "ratio_vs_depth.png"))
     return out
-
-
-# -- markdown -----------------------------------------------------------------------------------
-
-
-def markdown(a: RunAnalysis, s: dict[str, Any], root: Path) -> str:
-    f = s["run"]
-    md = [f"# {f['run_id']}: decode latency report", "",
-          f"<!-- schema_version {SCHEMA_VERSION}; recomputed from the rows by `run_e2e.py report` -->", ""]
-    if f["twin_of"]:
-        md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
-               f"twin of `{f['twin_of']}`: same shapes and format, NOT the real model. Latency only; "
-               "no accuracy figure here means anything.", ""]
-    md += [tables.markdown(["", ""], [
-        ["vLLM", f["vllm"] or "unknown"], ["GPU", f["gpu"] or "none recorded (CPU?)"],
-        ["model", f"`{f['model']}`" + (f" (twin of `{f['twin_of']}`)" if f["twin_of"] else "")],
-        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
-        ["server mode", str(f["server_mode"])], ["order / passes", f"{f['order']} / {len(f['passes'])}"],
-        ["arms (reference first)", ", ".join(f["arms"])],
-        ["estimate", f"(median T{f['long_tokens']} - median T{f['short_tokens']}) / "
-                     f"{f['long_tokens'] - f['short_tokens']}, {f['rounds']} rounds"
-                     + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
-        ["decision rule", f"p < {f['alpha']} and 95 % CI excludes 1 and \\|ratio - 1\\| >= {f['min_effect_pct']:g} %"],
-        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
-        ["git", json.dumps(f["git"])]]), ""]
-
-    md += ["## Arms compared (pooled over passes; a server is one replicate)", ""]
-    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
-    md += [tables.markdown(["arm / ref", "depth", "ratio", "95 % CI", "diff ms/tok (CI)", "p", "test", "decision"],
-                  [[f"{c['arm']} / {c['reference']}", str(c["depth"]), num(c["ratio"], "{:.3f}"),
-                    interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                    f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
-                    num(c["p_value"], "{:.3g}"), c["test"], f"**{c['decision']}**"] for c in pooled])
-           if pooled else "Only one arm: nothing to compare.", ""]
-    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
-    if per_pass:
-        md += ["Per pass (within two servers only: the interval leaves out between-server variance):", "",
-               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI", "p", "decision"],
-                      [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
-                        num(c["ratio"], "{:.3f}"),
-                        interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                        num(c["p_value"], "{:.3g}"), c["decision"]] for c in per_pass]), ""]
-    md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
-
-    md += ["## Cells", "", tables.markdown(
-        ["cell", "status", "ms/token", "95 % CI", "±%", "CV %", "rounds", "server ms/tok", "client-server %", "stopped by"],
-        [[c["cell_id"], c["status"], num(c.get("estimate_ms")),
-          interval(c.get('ci_lo_ms'), c.get('ci_hi_ms')), num(c.get("half_width_pct"), "{:.1f}"),
-          num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"), num(c.get("server_estimate_ms")),
-          num(c.get("server_disagreement_pct"), "{:+.1f}"), str(c.get("stopped_by") or "-")]
-         for c in s["cells"]]), "", "![decode ms/token vs depth](decode_vs_depth.png)", ""]
-
-    md += ["## Pass agreement (same arm, same depth, across passes)", ""]
-    ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
-    if ag:
-        md += [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "",
-               tables.markdown(["arm", "depth", "largest difference %", "beyond the intervals"],
-                      [[x["arm"], str(x["depth"]), num(x["max_rel_diff_pct"], "{:.1f}"),
-                        "**yes**" if x["flagged"] else "no"] for x in ag]), ""]
-    else:
-        md += ["One pass only: no agreement to report.", ""]
-
-    md += ["## HBM floor (bytes one decode step must read / memory bandwidth)", ""]
-    rf = s["roofline"]
-    if not rf.get("available"):
-        md += [f"Floor unavailable: {rf.get('reason')}.", ""]
-    else:
-        md += [f"{rf['gpu'] or 'GPU'} at {rf['bandwidth_gbps']:.0f} GB/s ({rf['bandwidth_source']}), TP {rf['tp']}, "
-               f"weights {rf['quantization']} ({rf['weight_bits']:.3f} bits/weight), "
-               f"{rf['global_layers']} global + {rf['sliding_layers']} sliding layers (window {rf['window']}).", "",
-               tables.markdown(["depth", "GB/step/GPU (weights + lm_head + KV)", "floor ms", "measured / floor"],
-                      [[d, f"{e['bytes_per_gpu']['total'] / 1e9:.2f} ({e['bytes_per_gpu']['weights'] / 1e9:.2f} + "
-                           f"{e['bytes_per_gpu']['lm_head'] / 1e9:.2f} + {e['bytes_per_gpu']['kv'] / 1e9:.2f})",
-                        f"{e['floor_ms']:.3f}",
-                        "; ".join(f"{arm} " + ", ".join(f"{x:.2f}x" for x in v)
-                                  for arm, v in e.get("measured_over_floor", {}).items() if v) or "-"]
-                       for d, e in rf["per_depth"].items()]), ""]
-
-    starts = s.get("startups") or []
-    if any(r["starts"] for r in starts):
-        f = lambda x: "-" if x is None else f"{x:.1f}"
-        md += ["## Server starts", "",
-               f"Compile cache: `{(a.manifest.get('config') or {}).get('server', {}).get('compile_cache', 'vllm-default (not recorded: the run predates the setting)')}` "
-               "(per-arm: each arm's later starts reuse what its first start compiled; never across arms).", "",
-               tables.markdown(["arm", "starts", "first s", "later median s", "saved per start s"],
-                      [[r["arm"], str(r["starts"]), f(r["first_s"]), f(r["later_median_s"]), f(r["saved_per_start_s"])]
-                       for r in starts]), ""]
-    md += ["## Routing (recorded inside the vLLM processes)", ""]
-    routing = s.get("routing") or []
-    if routing:
-        md += ["Counted by the project's plugin in every vLLM process (per-process records in "
-               "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
-               "graphs, counts come from capture and eager steps, not from replays.", "",
-               tables.markdown(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
-                      [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
-                        ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
-                       for r in routing]), ""]
-    if not routing:
-        md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
-
-    gs = s.get("gsm8k") or []
-    if gs:
-        md += ["## GSM8K", ""]
-        for g in gs:
-            c = g["content"]
-            if isinstance(c, dict) and "verdict" in c:
-                md.append(f"**Verdict ({g['file']}): {c['verdict']}**")
-                md.append("")
-            md += [f"`{g['file']}`:", "", "```json", json.dumps(c, indent=1, default=str)[:4000], "```", ""]
-
-    md += [f"## Warnings ({len(s['warnings'])})", ""]
-    md += [f"- {w}" for w in s["warnings"]] or ["None."]
-    md.append("")
-    return "\n".join(md)
-
-
-# -- command line -------------------------------------------------------------------------------
-def add_report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run folder (results/<run-id>)")
-
-
-def report_main(args: argparse.Namespace) -> int:
-    """Write the report files and print where they are; 0 on success (UserError on a bad folder)."""
-    paths = write_report(Path(args.run_dir))
-    for p in paths:
-        print(p)
-    return 0

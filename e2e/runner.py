@@ -10,7 +10,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable
 
-from e2e import routing
+from e2e import routing, startup_phases
 from e2e.attempts import GaveUp, on_fresh_servers
 from e2e.config import ArmCfg, Config
 from e2e.errors import UserError
@@ -116,8 +116,10 @@ class Runner:
         folded = routing.fold_records(ctx["record_dir"], arm)
         problem = routing.patch_problem(folded, arm)
         status = "ok" if est["decode_ms_per_token"] is not None and problem is None else "failed"
+        # Where the start went, from the server's own log; only the cell that paid the start has one.
+        phases = startup_phases.from_log_file(ctx["log"]) if startup_s else None
         row = cell_row(**base, index=cell.index, server_key=cell.server_key, status=status,
-                       startup_s=startup_s, warmup_s=res.warmup_s, measure_s=res.measure_s,
+                       startup_s=startup_s, startup_phases=phases, warmup_s=res.warmup_s, measure_s=res.measure_s,
                        warmup_valid=res.warmup_valid, stopped_by=res.stopped_by,
                        rounds=1 + max((r["round"] for r in res.rows), default=-1), **est,
                        log_path=str(ctx["log"].relative_to(self.store.root)),

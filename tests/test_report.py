@@ -138,16 +138,43 @@ def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
     floor = rf["per_depth"]["1024"]["floor_ms"]
     est = next(c["estimate_ms"] for c in s["cells"] if c["cell_id"] == "p1-d1024-stock")
     assert rf["per_depth"]["1024"]["measured_over_floor"]["stock"][0] == pytest.approx(est / floor)
+    assert rf["measured_bandwidth_gbps"] is None  # the manifest has no measurement
+    # A run whose manifest carries the measured read bandwidth gets the second floor too.
+    m = json.loads((run / "manifest.json").read_text())
+    m["gpu_bandwidth"] = {"available": True, "best_gbps": 4000.0, "median_gbps": 3990.0}
+    (run / "manifest.json").write_text(json.dumps(m))
+    report.write_report(run)
+    rf = json.loads((run / "summary.json").read_text())["roofline"]
+    e = rf["per_depth"]["1024"]
+    assert rf["measured_bandwidth_gbps"] == 4000.0 and e["floor_measured_ms"] == pytest.approx(floor * 4800 / 4000)
+    assert e["measured_over_measured_floor"]["stock"][0] == pytest.approx(est / e["floor_measured_ms"])
+    assert "4000 GB/s measured in this run (83% of the datasheet" in (run / "report.md").read_text()
+
+
+def test_start_phases_table_from_the_cells_rows(tmp_path):
+    """Each start's phases (from its log, in the cell row) reach summary.json and report.md; a cell
+    without phases (a shared server's later cell, an old run) is left out, not shown as zeros."""
+    root = make_run(tmp_path / "r", {"stock": 10.0, "widened": 10.0}, depths=(1024,), passes=1)
+    rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
+    rows[0]["startup_phases"] = {"total_logged_s": 70.0, "compile_s": 54.0, "compile_cache": "miss",
+                                 "graph_capture_s": 9.0, "weights_s": 5.0}
+    (root / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report.write_report(root)
+    s = json.loads((root / "summary.json").read_text())
+    (ph,) = s["start_phases"]
+    assert ph["cell_id"] == rows[0]["cell_id"] and ph["before_log_s"] == pytest.approx(100.0 - 70.0)
+    md = (root / "report.md").read_text()
+    assert f"| {rows[0]['cell_id']} | 100.0 | 30.0 | - | - | 5.0 | 54.0 | miss | 9.0 | - | - |" in md
 
 
 def test_report_main_and_bad_folder(tmp_path, capsys):
+    from e2e.cli import main
+
     run = make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.0})
-    p = argparse.ArgumentParser()
-    report.add_report_args(p)
-    assert report.report_main(p.parse_args([str(run)])) == 0
+    assert main(["report", str(run)]) == 0
     assert "report.md" in capsys.readouterr().out
-    with pytest.raises(UserError, match="not a run folder"):
-        report.report_main(p.parse_args([str(tmp_path / "nope")]))
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
 
 
 def _compare(a, b, *extra):

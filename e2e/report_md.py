@@ -1,0 +1,165 @@
+"""report.md: the run's summary (report.summary) as markdown, section by section. Every number
+comes from the summary; nothing here computes a statistic."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from e2e import tables
+from e2e.analysis import RunAnalysis
+from e2e.formats import VERSIONS
+from e2e.tables import interval, num
+
+SCHEMA_VERSION = VERSIONS["summary"]
+
+
+
+
+def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
+    f = s["run"]
+    md = [f"# {f['run_id']}: decode latency report", "",
+          f"<!-- schema_version {SCHEMA_VERSION}; recomputed from the rows by `run_e2e.py report` -->", ""]
+    if f["twin_of"]:
+        md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
+               f"twin of `{f['twin_of']}`: same shapes and format, NOT the real model. Latency only; "
+               "no accuracy figure here means anything.", ""]
+    md += [tables.markdown(["", ""], [
+        ["vLLM", f["vllm"] or "unknown"], ["GPU", f["gpu"] or "none recorded (CPU?)"],
+        ["model", f"`{f['model']}`" + (f" (twin of `{f['twin_of']}`)" if f["twin_of"] else "")],
+        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
+        ["server mode", str(f["server_mode"])], ["order / passes", f"{f['order']} / {len(f['passes'])}"],
+        ["arms (reference first)", ", ".join(f["arms"])],
+        ["estimate", f"(median T{f['long_tokens']} - median T{f['short_tokens']}) / "
+                     f"{f['long_tokens'] - f['short_tokens']}, {f['rounds']} rounds"
+                     + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
+        ["decision rule", f"p < {f['alpha']} and 95 % CI excludes 1 and \\|ratio - 1\\| >= {f['min_effect_pct']:g} %"],
+        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
+        ["git", json.dumps(f["git"])]]), ""]
+
+    md += ["## Arms compared (pooled over passes; a server is one replicate)", ""]
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    md += [tables.markdown(["arm / ref", "depth", "ratio", "95 % CI", "diff ms/tok (CI)", "p", "test", "decision"],
+                  [[f"{c['arm']} / {c['reference']}", str(c["depth"]), num(c["ratio"], "{:.3f}"),
+                    interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
+                    f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
+                    num(c["p_value"], "{:.3g}"), c["test"], f"**{c['decision']}**"] for c in pooled])
+           if pooled else "Only one arm: nothing to compare.", ""]
+    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
+    if per_pass:
+        md += ["Per pass (within two servers only: the interval leaves out between-server variance):", "",
+               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI", "p", "decision"],
+                      [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
+                        num(c["ratio"], "{:.3f}"),
+                        interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
+                        num(c["p_value"], "{:.3g}"), c["decision"]] for c in per_pass]), ""]
+    md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
+
+    md += ["## Cells", "", tables.markdown(
+        ["cell", "status", "ms/token", "95 % CI", "±%", "CV %", "rounds", "server ms/tok", "client-server %", "stopped by"],
+        [[c["cell_id"], c["status"], num(c.get("estimate_ms")),
+          interval(c.get('ci_lo_ms'), c.get('ci_hi_ms')), num(c.get("half_width_pct"), "{:.1f}"),
+          num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"), num(c.get("server_estimate_ms")),
+          num(c.get("server_disagreement_pct"), "{:+.1f}"), str(c.get("stopped_by") or "-")]
+         for c in s["cells"]]), "", "![decode ms/token vs depth](decode_vs_depth.png)", ""]
+
+    md += ["## Pass agreement (same arm, same depth, across passes)", ""]
+    ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
+    if ag:
+        md += [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "",
+               tables.markdown(["arm", "depth", "largest difference %", "beyond the intervals"],
+                      [[x["arm"], str(x["depth"]), num(x["max_rel_diff_pct"], "{:.1f}"),
+                        "**yes**" if x["flagged"] else "no"] for x in ag]), ""]
+    else:
+        md += ["One pass only: no agreement to report.", ""]
+
+    md += floor_section(s["roofline"], a.tp)
+    md += starts_section(a, s)
+    md += ["## Routing (recorded inside the vLLM processes)", ""]
+    routing = s.get("routing") or []
+    if routing:
+        md += ["Counted by the project's plugin in every vLLM process (per-process records in "
+               "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
+               "graphs, counts come from capture and eager steps, not from replays.", "",
+               tables.markdown(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
+                      [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
+                        ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
+                       for r in routing]), ""]
+    if not routing:
+        md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
+
+    gs = s.get("gsm8k") or []
+    if gs:
+        md += ["## GSM8K", ""]
+        for g in gs:
+            c = g["content"]
+            if isinstance(c, dict) and "verdict" in c:
+                md.append(f"**Verdict ({g['file']}): {c['verdict']}**")
+                md.append("")
+            md += [f"`{g['file']}`:", "", "```json", json.dumps(c, indent=1, default=str)[:4000], "```", ""]
+
+    md += [f"## Warnings ({len(s['warnings'])})", ""]
+    md += [f"- {w}" for w in s["warnings"]] or ["None."]
+    md.append("")
+    return "\n".join(md)
+
+
+def _over(per_arm: dict[str, list[float]]) -> str:
+    return "; ".join(f"{arm} " + ", ".join(f"{x:.2f}x" for x in v) for arm, v in per_arm.items() if v) or "-"
+
+
+def floor_section(rf: dict[str, Any], tp: int) -> list[str]:
+    md = ["## HBM floor (bytes one decode step must read / memory bandwidth)", ""]
+    if not rf.get("available"):
+        return md + [f"Floor unavailable: {rf.get('reason')}.", ""]
+    sheet = (f"{rf['bandwidth_gbps']:.0f} GB/s ({rf['bandwidth_source']})" if rf.get("bandwidth_gbps")
+             else f"no datasheet figure ({rf['bandwidth_source']})")
+    measured = (f"{rf['measured_bandwidth_gbps']:.0f} GB/s measured in this run "
+                f"({num(rf.get('measured_fraction_of_datasheet'), '{:.0%}')} of the datasheet; "
+                f"{rf['measured_bandwidth_source']})" if rf.get("measured_bandwidth_gbps")
+                else "no measured bandwidth in this run's manifest")
+    md += [f"{rf['gpu'] or 'GPU'}: datasheet {sheet}; {measured}. TP {rf['tp']}, weights {rf['quantization']} "
+           f"({rf['weight_bits']:.3f} bits/weight), {rf['global_layers']} global + {rf['sliding_layers']} sliding "
+           f"layers (window {rf['window']}).", ""]
+    if tp > 1:
+        md += [f"At tensor parallel {tp} the floor counts each GPU's share of the bytes and leaves out the "
+               "all-reduces between GPUs: measured / floor is larger for that reason too.", ""]
+    md += [tables.markdown(
+        ["depth", "GB/step/GPU (weights + lm_head + KV)", "floor ms (datasheet)", "measured / floor",
+         "floor ms (measured bw)", "measured / that floor"],
+        [[d, f"{e['bytes_per_gpu']['total'] / 1e9:.2f} ({e['bytes_per_gpu']['weights'] / 1e9:.2f} + "
+             f"{e['bytes_per_gpu']['lm_head'] / 1e9:.2f} + {e['bytes_per_gpu']['kv'] / 1e9:.2f})",
+          num(e.get("floor_ms"), "{:.3f}"), _over(e.get("measured_over_floor") or {}),
+          num(e.get("floor_measured_ms"), "{:.3f}"), _over(e.get("measured_over_measured_floor") or {})]
+         for d, e in rf["per_depth"].items()]), ""]
+    return md
+
+
+PHASE_COLS = (("startup_s", "start s"), ("before_log_s", "before vLLM's log"),
+              ("api_to_engine_s", "API -> engine"), ("engine_to_worker_s", "engine -> worker"),
+              ("weights_s", "weights"), ("compile_s", "torch.compile"), ("compile_cache", "cache"),
+              ("graph_capture_s", "graph capture"), ("after_capture_s", "capture -> init end"),
+              ("init_end_to_api_s", "init end -> API"))
+
+
+def starts_section(a: RunAnalysis, s: dict[str, Any]) -> list[str]:
+    starts = s.get("startups") or []
+    if not any(r["starts"] for r in starts):
+        return []
+    cache = (a.manifest.get("config") or {}).get("server", {}).get(
+        "compile_cache", "vllm-default (not recorded: the run predates the setting)")
+    md = ["## Server starts", "",
+          f"Compile cache: `{cache}` (per-arm: each arm's later starts reuse what its first start compiled; "
+          "never across arms).", "",
+          tables.markdown(["arm", "starts", "first s", "later median s", "saved per start s"],
+                          [[r["arm"], str(r["starts"]), num(r["first_s"], "{:.1f}"), num(r["later_median_s"], "{:.1f}"),
+                            num(r["saved_per_start_s"], "{:.1f}")] for r in starts]), ""]
+    phases = s.get("start_phases") or []
+    if phases:
+        md += ["Where each start went, read from the server's own log (seconds; vLLM's log has one-second "
+               "time stamps; `before vLLM's log` is the interpreter starting and importing vLLM; the cache "
+               "column is whether torch.compile loaded its graphs):", "",
+               tables.markdown(["cell", *[h for _, h in PHASE_COLS]],
+                               [[p["cell_id"], *[p.get(k) if k == "compile_cache" and p.get(k) else
+                                                 num(p.get(k), "{:.1f}") for k, _ in PHASE_COLS]]
+                                for p in phases]), ""]
+    return md
