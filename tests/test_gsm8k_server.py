@@ -227,7 +227,7 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
             super().__init__(*a, **k)
             keys.append(self.api_key)
             servers.append(self)
-    monkeypatch.setattr(gsm8k, "VllmServer", Recording)
+    monkeypatch.setattr(unit, "VllmServer", Recording)
 
     cfg = parse_config(cfg_dict())
     s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
