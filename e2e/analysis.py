@@ -14,7 +14,7 @@ from typing import Any
 from e2e import bandwidth, roofline, stats
 from e2e.errors import UserError
 from e2e.manifest import project_root
-from e2e.store import RunStore, counted_requests
+from e2e.store import MODEL_CONFIG, RunStore, counted_requests
 
 
 def vllm_version(manifest: dict[str, Any]) -> str | None:
@@ -226,7 +226,11 @@ class RunAnalysis:
         model_path = (self.manifest.get("model") or {}).get("path") or \
             ((self.manifest.get("config") or {}).get("model") or {}).get("path")
         try:
-            mc = roofline.load_model_config(str(model_path), (Path.cwd(), project_root()))
+            # The run folder keeps the model's config.json (store.MODEL_CONFIG): a report made on
+            # another machine, without the model, still has its geometry.
+            saved = (self.root / MODEL_CONFIG).parent
+            mc = roofline.load_model_config(str(saved)) if saved.is_dir() else \
+                roofline.load_model_config(str(model_path), (Path.cwd(), project_root()))
             measured = bandwidth.measured_gbps(self.manifest.get("gpu_bandwidth"))
             rf = roofline.floors(mc, self.depths, self.tp, gpu_name(self.manifest), self.bandwidth_override,
                                  measured_gbps=measured)

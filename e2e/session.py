@@ -38,6 +38,7 @@ def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Option
     with store:
         store.write_manifest(build_manifest(cfg, root.name, cells))
         store.write_plan([c.to_dict() for c in cells])
+        store.save_model_config(cfg.model.path)
         return execute(cfg, store, cells, console, opts, sampler)
 
 

@@ -30,6 +30,7 @@ PLAN = "plan.json"
 REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
 KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
+MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -161,6 +162,13 @@ class RunStore:
         m = self.manifest()
         m.update(fields)
         self.write_manifest(m)
+
+    def save_model_config(self, model_path: str) -> None:
+        """Keep the model's config.json in the run folder (its geometry is the HBM floor's input)."""
+        src = Path(model_path) / "config.json"
+        if src.is_file():
+            (self.root / MODEL_CONFIG).parent.mkdir(exist_ok=True)
+            self._guarded(lambda: (self.root / MODEL_CONFIG).write_bytes(src.read_bytes()))
 
     def write_plan(self, cells: list[dict[str, Any]]) -> None:
         self._guarded(lambda: write_json_atomic(self.root / PLAN, cells))

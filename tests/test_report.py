@@ -151,6 +151,24 @@ def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
     assert "4000 GB/s measured in this run (83% of the datasheet" in (run / "report.md").read_text()
 
 
+def test_the_floor_survives_without_the_model_folder(tmp_path):
+    """The run folder keeps the model's config.json, so a report made where the model is not (the
+    GPU machine's /tmp is gone) still has the geometry and the floor."""
+    import shutil
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "model_type": "llama"}))
+    run = make_run(tmp_path / "r", {"stock": 2.0}, model=str(model))
+    with RunStore(run) as store:
+        store.save_model_config(str(model))
+    shutil.rmtree(model)
+    report.write_report(run)
+    assert json.loads((run / "summary.json").read_text())["roofline"]["available"]
+
+
 def test_start_phases_table_from_the_cells_rows(tmp_path):
     """Each start's phases (from its log, in the cell row) reach summary.json and report.md; a cell
     without phases (a shared server's later cell, an old run) is left out, not shown as zeros."""

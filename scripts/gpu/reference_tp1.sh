@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The reference experiment on one H200 (configs/h200-reference-tp1.toml) in one lease. Prepare here:
+#   mkdir -p .gpu/c{0,1,2,3}; for i in 0 1 2 3; do cp -r ../shared/device/p$i .gpu/c$i/; done
+#   cp -r assets/tokenizers .gpu/c3/     # `assets gemma3-270m` + `twin --pack-tokenizer` (3.5 MB)
+#   echo /.gpu/ >> .git/info/exclude
+# Then, on the GPU machine, in quick succession (the machine stays warm 30 s between calls):
+#   bash scripts/gpu/reference_tp1.sh stage 0 ... stage 3   (carry .gpu/cN; stage 3 also installs the
+#                                                            project, builds the twin and starts the run)
+#   bash scripts/gpu/reference_tp1.sh poll 540               (repeat: waits, then returns what exists)
+# The run is one detached process (setsid), so a call that ends, or a machine that goes back, loses
+# nothing already written; each poll brings back the run folder as it stands ($OUT/run.tgz, no
+# compile cache) and the run's console log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+RUN=results/h200-reference-tp1
+CONFIG=configs/h200-reference-tp1.toml
+env_on() { source /tmp/gpu-stage/gpu-env.sh; }
+
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  [ -d "$RUN" ] && tar czf "$OUT/run.tgz" --exclude=vllm-cache "$RUN" 2>/dev/null
+  cp /tmp/run.log "$OUT/run.log" 2>/dev/null
+  cp /tmp/twin.log "$OUT/twin.log" 2>/dev/null
+  return 0
+}
+
+case "${1:?usage: reference_tp1.sh stage N | poll SECONDS}" in
+  stage)
+    N=${2:?stage N}
+    bash ".gpu/c$N/p$N/gpu-install.sh" ".gpu/c$N" || exit 1
+    [ "$N" = 3 ] || exit 0
+    cp ".gpu/c3/p3/gpu-env.sh" /tmp/gpu-stage/gpu-env.sh
+    env_on
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+    T0=$(date +%s)
+    GPU_ENV=/tmp/gpu-stage/gpu-env.sh TOKENIZER_FROM=.gpu/c3/tokenizers/gemma3 bash scripts/gpu/build_twin.sh > /tmp/twin.log 2>&1
+    echo "twin: exit $? in $(( $(date +%s) - T0 )) s"; tail -4 /tmp/twin.log
+    setsid nohup python3 run_e2e.py --config "$CONFIG" --run-id "$(basename $RUN)" --no-progress \
+      > /tmp/run.log 2>&1 < /dev/null &
+    sleep 20; tail -5 /tmp/run.log ;;
+  poll)
+    LIMIT=${2:-540}; T0=$(date +%s)
+    while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "run_e2e.py --config $CONFIG" >/dev/null; do
+      sleep 5
+    done
+    pgrep -f "run_e2e.py --config $CONFIG" >/dev/null && echo "run: still going" || echo "run: ended"
+    pack
+    grep -E "^p[0-9]+-d[0-9]+-|interrupted|report:|error" /tmp/run.log | tail -20
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader ;;
+  stop)
+    pkill -INT -f "run_e2e.py --config $CONFIG"; sleep 40; pack; tail -5 /tmp/run.log ;;
+esac
