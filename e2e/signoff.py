@@ -139,7 +139,7 @@ def _log_pmf(n: int, b: np.ndarray, c: np.ndarray, p12: float, p21: float) -> np
     r = np.where(ok, rest, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = (lg[n] - lg[b] - lg[c] - lg[r] + special.xlogy(b, p12) + special.xlogy(c, p21)
-               + special.xlogy(r, 1 - p12 - p21))
+               + special.xlogy(r, max(0.0, 1 - p12 - p21)))   # 1 - p12 - p21 may round below 0
     return np.where(ok, out, -np.inf)
 
 
