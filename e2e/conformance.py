@@ -136,7 +136,7 @@ def _at_most(key: str, what: str, design: str, xs: list[bool], p: float) -> Figu
 
 
 def _at_least(key: str, what: str, design: str, xs: list[bool], p: float) -> Figure:
-    return Figure(key, what, design, _rate(xs), len(xs), f">= {100 * p:g} %", _rate(xs) >= p)
+    return Figure(key, what, design, _rate(xs), len(xs), "always" if p == 1 else f">= {100 * p:g} %", _rate(xs) >= p)
 
 
 def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
@@ -171,8 +171,8 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
     med = next(f.value for f in out if f.key == "aa_mde_k4_s5")
     d = f"true change = median reported MDE ({med:.1f} %), 4 servers per arm, spread 5 %"
     r = _rate([sim.comparison(med / 100, k, spread).p < ALPHA for _ in range(n)])
-    out.append(Figure("mde_power_median", "p < alpha (power)", d, r, n, "65 to 90 % (the median sd is below the true sd)",
-                      0.65 <= r <= 0.90))
+    out.append(Figure("mde_power_median", "p < alpha (power)", d, r, n,
+                      "65 to 90 % (the median sd is below the true sd)", 0.65 <= r <= 0.90))
     # TOST: a true change at the margin is called "equivalent" at most alpha of the time
     d = "true change 10 % = the margin (min_effect 10 %), 8 servers per arm, spread 5 %"
     out.append(_at_most("tost_size_k8", '"equivalent" (false)', d,

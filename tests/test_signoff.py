@@ -106,7 +106,8 @@ def test_identical_answers_at_a_small_limit_are_inconclusive():
     a = answers([True, False, True, True, False] * 2)
     r = compare(a, a, alpha=0.05, max_accuracy_drop=0.01)
     assert r["verdict"] == "inconclusive" and r["min_questions"] == min_questions(0.01, 0.05)
-    assert f"10 questions cannot show a drop below the margin: it needs at least {r['min_questions']}" in r["reasons"][0]
+    need = f"10 questions cannot show a drop below the margin: it needs at least {r['min_questions']}"
+    assert need in r["reasons"][0]
 
 
 def test_large_significant_drop_fails():

@@ -9,11 +9,10 @@ import pytest
 from scipy import stats as st
 
 from e2e import changepoints as cp
+from e2e import stats
 from e2e import verdicts as v
 from e2e.errors import UserError
 from tests.test_stats import L, S, cs
-
-from e2e import stats
 
 
 def cells(*tpts, noise=0.0005, seed=0, rounds=10):
