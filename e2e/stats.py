@@ -1,4 +1,4 @@
-"""Intervals, tests and decisions for decode ms per token. Pure: numbers in, numbers out, no I/O.
+"""Per-cell statistics of decode ms per token. Pure: numbers in, numbers out, no I/O.
 
 What the answers mean (README.md, "Statistics", says it at length):
 
@@ -9,23 +9,18 @@ What the answers mean (README.md, "Statistics", says it at length):
   cell does not widen the interval). A difference of two medians has no distribution-free
   order-statistic interval, hence the bootstrap. Fixed seed: the same rows give the same interval.
   Fewer than MIN_ROUNDS_FOR_CI usable rounds: no interval (None) and a warning.
-* Between arms the replication unit is the server (the cell), not the request: across server
-  starts the same setup moved by up to 16 % on the CPU lane and 25 % on the H200, far more than the
-  spread within one server. The pooled comparison therefore works on the per-cell estimates (one
-  per pass) in log space; see pooled_ratio for the test and its fallbacks.
-* A decision is "slower" / "faster" only when the difference is significant (p < alpha AND the
-  interval of the ratio excludes 1) AND the point ratio is at least min_effect_pct away from 1
-  (asv's rule: significance alone is not a change). Otherwise "no significant difference", or
-  "insufficient data" when there is nothing to compare.
+* Between arms the replication unit is the server (the cell), not the request: e2e/verdicts.py
+  compares arms on the per-cell estimates and decides; e2e/changepoints.py finds steps in a series
+  of runs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from scipy import stats as st
 
 from e2e.estimate import differenced_ms
 
@@ -39,9 +34,6 @@ CV_WARN = 0.10            # per-round spread >= 10 % of the estimate (pyperf's s
 OUTLIER_Z = 3.5           # robust z (0.6745 * |x - median| / MAD) beyond which a round is an outlier
 DISAGREE_WARN = 0.10      # client and server decode per token more than 10 % apart
 WIDE_CI_WARN = 0.10       # cell interval half-width more than 10 % of the estimate
-
-SLOWER, FASTER, SAME, NODATA = "slower", "faster", "no significant difference", "insufficient data"
-
 
 # -- per cell ---------------------------------------------------------------------------------
 def round_values(rows: Iterable[dict[str, Any]], n_long: int, n_short: int
@@ -74,11 +66,20 @@ def bootstrap_estimates(long_s: np.ndarray, short_s: np.ndarray, n_long: int, n_
     if k == 0:
         return np.array([])
     idx = np.random.default_rng(seed).integers(0, k, size=(n_boot, k))
+    # without NaNs a sort gives np.nanmedian's answer exactly, at a twentieth of the cost
+    med = _row_median if np.isfinite(long_s).all() and np.isfinite(short_s).all() else np.nanmedian
     with np.errstate(all="ignore"), _quiet_nan():
-        ml = np.nanmedian(long_s[idx], axis=1)
-        ms = np.nanmedian(short_s[idx], axis=1)
+        ml = med(long_s[idx], axis=1)
+        ms = med(short_s[idx], axis=1)
     b = (ml - ms) / (n_long - n_short) * 1e3
     return b[np.isfinite(b)]
+
+
+def _row_median(x: np.ndarray, axis: int = 1) -> np.ndarray:
+    """np.median along rows of a 2-D array (same values: the middle one, or the mean of the two)."""
+    s = np.sort(x, axis=axis)
+    k = s.shape[1]
+    return s[:, k // 2] if k % 2 else (s[:, k // 2 - 1] + s[:, k // 2]) / 2
 
 
 class _quiet_nan:
@@ -141,9 +142,10 @@ class CellStats:
             return None
         return (self.ci[1] - self.ci[0]) / 2 / abs(self.estimate)
 
-    @property
+    @cached_property
     def log_se(self) -> float | None:
-        """Standard error of log(estimate) from the bootstrap (what pooled_ratio floors with)."""
+        """Standard error of log(estimate) from the bootstrap (e2e.verdicts floors the between-server
+        variance with its square). Computed once: a cell's bootstrap is not changed once built."""
         if self.ci is None:
             return None
         b = self.boot[self.boot > 0]
@@ -232,168 +234,6 @@ def target_ci_stop_rule(cfg: Any) -> Callable[[list[dict[str, Any]]], bool] | No
         return hw is not None and hw * 100 < pct
 
     return stop
-
-
-# -- between arms -----------------------------------------------------------------------------
-def decide(ratio: float | None, ci: tuple[float, float] | None, p: float | None,
-           alpha: float, min_effect_pct: float) -> str:
-    """asv-style decision for ratio = arm / reference (ms per token: > 1 means the arm is slower).
-
-    Significant: the interval excludes 1 AND p < alpha; p None means the test could not reach
-    alpha with so few values, and the interval alone decides (asv's fallback).
-    A change: significant AND |ratio - 1| >= min_effect_pct / 100. No ratio or no interval:
-    "insufficient data"."""
-    if ratio is None or ci is None:
-        return NODATA
-    significant = (p is None or p < alpha) and (ci[0] > 1 or ci[1] < 1)
-    if not significant or abs(ratio - 1) * 100 < min_effect_pct:
-        return SAME
-    return SLOWER if ratio > 1 else FASTER
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float], alpha: float) -> float | None:
-    """Two-sided Mann-Whitney U p-value (scipy, exact for small samples), or None when even total
-    separation of the samples could not give p < alpha (too few values: the caller falls back to
-    the interval check, as asv does)."""
-    na, nb = len(a), len(b)
-    if na == 0 or nb == 0:
-        return None
-    if 2.0 / math.comb(na + nb, na) >= alpha:  # smallest attainable exact two-sided p
-        return None
-    return float(st.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-@dataclass
-class Comparison:
-    """An arm against the reference at one depth (per pass, or pooled over passes)."""
-
-    ratio: float | None
-    ci: tuple[float, float] | None
-    p: float | None
-    test: str
-    diff_ms: float | None          # arm - reference, ms per token
-    diff_ci: tuple[float, float] | None
-    decision: str
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "ratio_ci_lo": self.ci[0] if self.ci else None,
-                "ratio_ci_hi": self.ci[1] if self.ci else None, "p_value": self.p, "test": self.test,
-                "diff_ms": self.diff_ms, "diff_ci_lo_ms": self.diff_ci[0] if self.diff_ci else None,
-                "diff_ci_hi_ms": self.diff_ci[1] if self.diff_ci else None,
-                "decision": self.decision, "warnings": list(self.warnings)}
-
-
-def _nodata(why: str) -> Comparison:
-    return Comparison(None, None, None, "none", None, None, NODATA, [why])
-
-
-def within_server_ratio(ref: CellStats, arm: CellStats, alpha: float, min_effect_pct: float,
-                        level: float = LEVEL, seed: int = SEED) -> Comparison:
-    """One pass: the two cells' servers only. Interval: percentile of the ratio of independent
-    bootstrap replicates; test: Mann-Whitney on the per-round differenced values. When the test
-    cannot reach alpha (few rounds) the interval alone decides. This interval knows nothing of
-    between-server variance: say so wherever it is shown."""
-    if ref.estimate is None or arm.estimate is None or ref.estimate <= 0:
-        return _nodata("no estimate in one of the two cells")
-    ratio = arm.estimate / ref.estimate
-    diff = arm.estimate - ref.estimate
-    if ref.boot.size == 0 or arm.boot.size == 0:
-        return Comparison(ratio, None, None, "none", diff, None, NODATA,
-                          ["no interval: too few rounds in a cell"])
-    rng = np.random.default_rng(seed + 1)
-    n = min(ref.boot.size, arm.boot.size)
-    rb, ab = rng.choice(ref.boot, n), rng.choice(arm.boot, n)
-    keep = rb > 0
-    ci = percentile_ci(ab[keep] / rb[keep], level)
-    dci = percentile_ci(ab - rb, level)
-    p = mann_whitney_p(ref.per_round, arm.per_round, alpha)
-    test = "mann-whitney (rounds)" if p is not None else "interval only (too few rounds for the test)"
-    return Comparison(ratio, ci, p, test, diff, dci, decide(ratio, ci, p, alpha, min_effect_pct))
-
-
-def pooled_ratio(ref: Sequence[CellStats], arm: Sequence[CellStats], alpha: float,
-                 min_effect_pct: float, level: float = LEVEL) -> Comparison:
-    """All passes: each cell (server) is one replicate.
-
-    Ratio = exp(mean log arm estimates - mean log reference estimates) (a geometric mean ratio).
-    Each arm's variance of a log estimate is max(sample variance across its cells, mean squared
-    within-cell bootstrap SE): a pessimistic floor, since two servers that happen to agree must not
-    make the interval narrower than either server's own noise. Test: Welch's t on the log estimates
-    (equals scipy.stats.ttest_ind(equal_var=False) when the floor does not bind), Welch-
-    Satterthwaite df. With ONE cell in an arm the between-server variance is unknown: the within-
-    cell variance is used with a normal quantile, and a warning says the interval is too narrow
-    for a between-server claim. Difference in ms/token: mean arm - mean reference, same variances
-    on the linear scale."""
-    r = [c for c in ref if c.estimate is not None and c.estimate > 0]
-    a = [c for c in arm if c.estimate is not None and c.estimate > 0]
-    if not r or not a:
-        return _nodata("no cell with an estimate in one of the arms")
-    warnings: list[str] = []
-    ratio = math.exp(float(np.mean(np.log([c.estimate for c in a]))) - float(np.mean(np.log([c.estimate for c in r]))))
-    parts = []
-    for cells in (r, a):
-        m_log, var, k, w_var = _arm_log_var(cells)
-        if var is None:
-            return Comparison(ratio, None, None, "none", None, None, NODATA,
-                              ["one cell per arm and no cell interval: no between-arm interval"])
-        # linear-scale variance for the ms difference, same floor (delta method: var_lin ~ m^2 var_log)
-        lin = np.array([c.estimate for c in cells])
-        m_lin = float(np.mean(lin))
-        lin_var = max(float(np.var(lin, ddof=1)) if k >= 2 else 0.0, (w_var or 0.0) * m_lin ** 2)
-        parts.append((m_log, var, k, m_lin, lin_var))
-    (mr, vr, kr, lr, lvr), (ma, va, ka, la, lva) = parts
-    se2r, se2a = vr / kr, va / ka
-    se = math.sqrt(se2r + se2a)
-    if kr >= 2 and ka >= 2:
-        df = (se2r + se2a) ** 2 / (se2r ** 2 / (kr - 1) + se2a ** 2 / (ka - 1)) if se > 0 else float("inf")
-        test = f"welch t on log cell estimates (df {df:.1f})"
-    else:
-        df = float("inf")
-        test = "normal, within-server variance only (one cell in an arm)"
-        warnings.append("one server in an arm: the interval leaves out between-server variance")
-    q = float(st.t.ppf(0.5 + level / 2, df)) if math.isfinite(df) else float(st.norm.ppf(0.5 + level / 2))
-    d = ma - mr
-    if se == 0:
-        p = 0.0 if d != 0 else 1.0
-        ci = (math.exp(d), math.exp(d))
-    else:
-        tstat = d / se
-        p = float(2 * (st.t.sf(abs(tstat), df) if math.isfinite(df) else st.norm.sf(abs(tstat))))
-        ci = (math.exp(d - q * se), math.exp(d + q * se))
-    lse = math.sqrt(lvr / kr + lva / ka)
-    diff = la - lr
-    return Comparison(ratio, ci, p, test, diff, (diff - q * lse, diff + q * lse),
-                      decide(ratio, ci, p, alpha, min_effect_pct), warnings)
-
-
-def _arm_log_var(cells: Sequence[CellStats]) -> tuple[float, float | None, int, float | None]:
-    """(mean log estimate, variance of one cell's log estimate, number of cells, mean within-cell
-    bootstrap variance). The variance is pooled_ratio's floor: max(between-cell sample variance,
-    mean within-cell variance); None when neither exists (one cell without an interval)."""
-    logs = np.log([c.estimate for c in cells])
-    within = [c.log_se for c in cells if c.log_se is not None]
-    w_var = float(np.mean(np.square(within))) if within else None
-    cands = [v for v in (float(np.var(logs, ddof=1)) if len(cells) >= 2 else None, w_var) if v is not None]
-    return float(np.mean(logs)), (max(cands) if cands else None), len(cells), w_var
-
-
-def pooled_estimate(cells: Sequence[CellStats], level: float = LEVEL) -> dict[str, Any]:
-    """One arm at one depth over its cells (servers): geometric mean estimate and its interval
-    (t with k-1 df on the log estimates, variance floored as in pooled_ratio; one cell: that cell's
-    own interval). Used by history."""
-    c = [x for x in cells if x.estimate is not None and x.estimate > 0]
-    if not c:
-        return {"estimate_ms": None, "ci_lo_ms": None, "ci_hi_ms": None, "n_cells": 0}
-    if len(c) == 1:
-        ci = c[0].ci
-        return {"estimate_ms": c[0].estimate, "ci_lo_ms": ci[0] if ci else None,
-                "ci_hi_ms": ci[1] if ci else None, "n_cells": 1}
-    m, var, k, _ = _arm_log_var(c)
-    q = float(st.t.ppf(0.5 + level / 2, k - 1))
-    se = math.sqrt(var / k)
-    return {"estimate_ms": math.exp(m), "ci_lo_ms": math.exp(m - q * se), "ci_hi_ms": math.exp(m + q * se),
-            "n_cells": k}
 
 
 def pass_agreement(per_pass: dict[int, CellStats]) -> dict[str, Any]:
