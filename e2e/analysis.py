@@ -11,10 +11,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from e2e import bandwidth, roofline, stats
+from e2e import bandwidth, roofline, stats, verdicts
 from e2e.errors import UserError
 from e2e.manifest import project_root
-from e2e.store import MODEL_CONFIG, RunStore, counted_requests
+from e2e.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, counted_requests
 
 
 def vllm_version(manifest: dict[str, Any]) -> str | None:
@@ -38,6 +38,15 @@ def gpu_name(manifest: dict[str, Any]) -> str | None:
         if gpus:
             return gpus[0]
     return None
+
+
+def graph_mode(cfg: dict[str, Any]) -> str:
+    s = cfg.get("server") or {}
+    if not s.get("cuda_graphs", True):
+        return "eager (--enforce-eager: no compile, no CUDA graphs)"
+    if s.get("compilation_config"):
+        return f"-cc {s['compilation_config']}"
+    return "vLLM default (torch.compile + CUDA graphs FULL_AND_PIECEWISE)"
 
 
 def _float(x: Any) -> float | None:
@@ -64,7 +73,8 @@ class RunAnalysis:
         self.bandwidth_override = st.get("gpu_bandwidth_gbps")
         self.tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
         arm_order = [a["name"] for a in cfg.get("arms", [])]
-        self.cell_rows = _last_per_cell(store.cells())
+        self.warnings: list[str] = [w for f in (CELLS, REQUESTS) if (w := _torn_tail(self.root / f))]
+        self.cell_rows = _first_per_cell(store.cells(), self.warnings)
         req = list(counted_requests(list(self.cell_rows.values()), store.requests()))
         by_cell: dict[str, list[dict]] = defaultdict(list)
         for r in req:
@@ -74,7 +84,6 @@ class RunAnalysis:
         self.reference = self.arms[0] if self.arms else None
         self.depths = sorted({c["depth"] for c in self.plan} | {c["depth"] for c in self.cell_rows.values()})
         self.passes = sorted({c["pass"] for c in self.plan} | {c["pass"] for c in self.cell_rows.values()})
-        self.warnings: list[str] = []
         # (arm, depth, pass) -> CellStats, for ok cells only
         self.cells: dict[tuple[str, int, int], stats.CellStats] = {}
         for cid, c in self.cell_rows.items():
@@ -186,24 +195,36 @@ class RunAnalysis:
         return out
 
     def _comparisons(self) -> list[dict[str, Any]]:
-        out = []
+        """Per arm and depth: a row per pass (ratio and within-server interval, no decision word),
+        then the pooled comparison over passes (each server one replicate), decided with Holm's
+        correction across the run's arm x depth family (e2e/verdicts.py)."""
+        entries: list[tuple[dict[str, Any], verdicts.Comparison]] = []
         for arm in self.arms[1:]:
             for d in self.depths:
                 for p in self.passes:
                     ref, a = self.cells.get((self.reference, d, p)), self.cells.get((arm, d, p))
                     if ref is None or a is None:
                         continue
-                    cmp = stats.within_server_ratio(ref, a, self.alpha, self.min_effect_pct)
-                    out.append({"arm": arm, "reference": self.reference, "depth": d, "pass": p,
-                                "scope": "pass", **cmp.to_dict()})
-                refs = [self.cells[(self.reference, d, p)] for p in self.passes if (self.reference, d, p) in self.cells]
-                arms = [self.cells[(arm, d, p)] for p in self.passes if (arm, d, p) in self.cells]
-                cmp = stats.pooled_ratio(refs, arms, self.alpha, self.min_effect_pct)
-                out.append({"arm": arm, "reference": self.reference, "depth": d, "pass": None,
-                            "scope": "pooled", "n_ref": len(refs), "n_arm": len(arms), **cmp.to_dict()})
-                for w in cmp.warnings:
-                    self.warnings.append(f"{arm} vs {self.reference} at {d}: {w}")
+                    entries.append(({"arm": arm, "reference": self.reference, "depth": d, "pass": p,
+                                     "scope": "pass"},
+                                    verdicts.within_server_ratio(ref, a, self.alpha, self.min_effect_pct)))
+                refs = self._cells_of(self.reference, d)
+                entries.append(({"arm": arm, "reference": self.reference, "depth": d, "pass": None,
+                                 "scope": "pooled"},
+                                verdicts.pooled_comparison(refs, self._cells_of(arm, d), self.alpha,
+                                                           self.min_effect_pct)))
+        self.correction = verdicts.decide_family([c for h, c in entries if h["scope"] == "pooled"],
+                                                 self.alpha, "holm")
+        out = []
+        for head, cmp in entries:
+            out.append({**head, **cmp.to_dict()})
+            if head["scope"] == "pooled":
+                self.warnings.extend(f"{head['arm']} vs {self.reference} at {head['depth']}: {w}"
+                                     for w in cmp.warnings)
         return out
+
+    def _cells_of(self, arm: str, depth: int) -> list[stats.CellStats]:
+        return [self.cells[(arm, depth, p)] for p in self.passes if (arm, depth, p) in self.cells]
 
     def _agreement(self) -> list[dict[str, Any]]:
         out = []
@@ -245,9 +266,31 @@ class RunAnalysis:
         return rf
 
 
-def _last_per_cell(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """cells.jsonl has one row per finished cell; should a cell appear twice, the last row wins."""
+def _first_per_cell(rows: list[dict[str, Any]], warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """cells.jsonl has one row per finished cell (a resume never repeats one). A second row for a
+    cell is not the harness's: the first is kept and the others are named in a warning."""
     out: dict[str, dict[str, Any]] = {}
-    for r in rows:
+    for i, r in enumerate(rows, start=1):
+        if r["cell_id"] in out:
+            warnings.append(f"cells.jsonl row {i}: a second row for {r['cell_id']} (not written by the "
+                            "harness): ignored, the first row counts")
+            continue
         out[r["cell_id"]] = r
     return out
+
+
+def _torn_tail(path: Path) -> str | None:
+    """A file whose last line has no newline was cut mid-write (a crash): its rows are read without
+    that line, and `--resume` sets it aside to <file>.torn before appending."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() == 0:
+                return None
+            f.seek(-1, 2)
+            if f.read(1) == b"\n":
+                return None
+    except OSError:
+        return None
+    return (f"{path.name}: the last line is torn (a crash mid-write): left out; `--resume` sets it aside "
+            f"to {path.name}.torn")

@@ -175,10 +175,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
     Kernels(),
     Report(),
-    Delegate("compare", "RUN_A RUN_B: same decision rule; exit 1 on a significant regression",
+    Delegate("compare", "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",
              "e2e.compare", "add_compare_args", "compare_main"),
-    Delegate("history", "a table and a plot over a folder of runs", "e2e.compare", "add_history_args",
-             "history_main"),
+    Delegate("history", "a folder of runs: decode trend per arm and depth, and its change points",
+             "e2e.history", "add_history_args", "history_main"),
 )}
 
 

@@ -20,9 +20,9 @@ VERSIONS = {
     "plan": 1,            # plan.json (a list: the version is the manifest's)
     "cells": 1,           # cells.jsonl rows
     "requests": 1,        # requests.jsonl rows
-    "summary": 1,         # summary.json / summary.csv / comparisons.csv / report.md
-    "compare": 1,         # compare --json
-    "history": 1,         # history.csv
+    "summary": 2,         # summary.json / summary.csv / comparisons.csv / report.md (2: verdicts)
+    "compare": 2,         # compare --json (2: verdicts, exit status)
+    "history": 2,         # history.csv / history.json (2: change points)
     "gsm8k-unit": 1,      # gsm8k/<arm>/r<k>/unit.json
     "gsm8k-summary": 1,   # gsm8k/summary.json
     "kernels": 1,         # kernels_check rows.jsonl and its summary

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import report_md, tables
-from e2e.analysis import RunAnalysis, gpu_name, vllm_version
+from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
 
@@ -25,15 +25,6 @@ FILES = ("summary.json", "summary.csv", "comparisons.csv", "report.md",
 
 
 
-
-
-def graph_mode(cfg: dict[str, Any]) -> str:
-    s = cfg.get("server") or {}
-    if not s.get("cuda_graphs", True):
-        return "eager (--enforce-eager: no compile, no CUDA graphs)"
-    if s.get("compilation_config"):
-        return f"-cc {s['compilation_config']}"
-    return "vLLM default (torch.compile + CUDA graphs FULL_AND_PIECEWISE)"
 
 
 def run_facts(a: RunAnalysis) -> dict[str, Any]:
@@ -68,7 +59,7 @@ def summary(a: RunAnalysis) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "kind": "e2e-run-summary", "run": run_facts(a),
             "cells": a.cell_table(), "arms": a.arm_table(), "comparisons": a.comparisons,
             "routing": a.routing_table(), "startups": a.startup_table(), "start_phases": a.start_phases(),
-            "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
+            "correction": a.correction, "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
             "roofline": a.roofline, "warnings": a.warnings}
 
 
@@ -78,7 +69,9 @@ CELL_COLS = ["cell_id", "pass", "arm", "depth", "status", "stopped_by", "estimat
              "ci_hi_ms", "half_width_pct", "cv_pct", "n_rounds", "n_valid_long", "n_valid_short",
              "n_invalid", "server_estimate_ms", "server_disagreement_pct", "startup_s", "warnings"]
 CMP_COLS = ["arm", "reference", "depth", "scope", "pass", "ratio", "ratio_ci_lo", "ratio_ci_hi",
-            "p_value", "test", "diff_ms", "diff_ci_lo_ms", "diff_ci_hi_ms", "decision", "warnings"]
+            "ci_kind", "p_value", "p_adjusted", "p_equiv", "p_equiv_adjusted", "df", "mde_pct", "mde_family_pct",
+            "servers_needed", "diff_ms", "diff_ci_lo_ms", "diff_ci_hi_ms", "decision", "decision_unadjusted",
+            "correction", "warnings"]
 
 
 def write_report(run_dir: Path | str) -> list[Path]:

@@ -32,26 +32,12 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
         ["estimate", f"(median T{f['long_tokens']} - median T{f['short_tokens']}) / "
                      f"{f['long_tokens'] - f['short_tokens']}, {f['rounds']} rounds"
                      + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
-        ["decision rule", f"p < {f['alpha']} and 95 % CI excludes 1 and \\|ratio - 1\\| >= {f['min_effect_pct']:g} %"],
+        ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
+                          "see Verdicts"],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
         ["git", json.dumps(f["git"])]]), ""]
 
-    md += ["## Arms compared (pooled over passes; a server is one replicate)", ""]
-    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
-    md += [tables.markdown(["arm / ref", "depth", "ratio", "95 % CI", "diff ms/tok (CI)", "p", "test", "decision"],
-                  [[f"{c['arm']} / {c['reference']}", str(c["depth"]), num(c["ratio"], "{:.3f}"),
-                    interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                    f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
-                    num(c["p_value"], "{:.3g}"), c["test"], f"**{c['decision']}**"] for c in pooled])
-           if pooled else "Only one arm: nothing to compare.", ""]
-    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
-    if per_pass:
-        md += ["Per pass (within two servers only: the interval leaves out between-server variance):", "",
-               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI", "p", "decision"],
-                      [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
-                        num(c["ratio"], "{:.3f}"),
-                        interval(c['ratio_ci_lo'], c['ratio_ci_hi'], '{:.3f}'),
-                        num(c["p_value"], "{:.3g}"), c["decision"]] for c in per_pass]), ""]
+    md += verdict_section(s)
     md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
 
     md += ["## Cells", "", tables.markdown(
@@ -162,4 +148,45 @@ def starts_section(a: RunAnalysis, s: dict[str, Any]) -> list[str]:
                                [[p["cell_id"], *[p.get(k) if k == "compile_cache" and p.get(k) else
                                                  num(p.get(k), "{:.1f}") for k, _ in PHASE_COLS]]
                                 for p in phases]), ""]
+    return md
+
+
+RULE = ("**slower** / **faster**: Holm-adjusted p < alpha and \\|ratio - 1\\| >= min effect; "
+        "**equivalent**: Holm-adjusted TOST p < alpha (the 90 % interval inside +-min effect); "
+        "**inconclusive**: neither (not \"no change\": the MDE says what the design could resolve); "
+        "**insufficient replication**: fewer than 2 servers in an arm (nothing is decided).")
+
+
+def verdict_section(s: dict[str, Any]) -> list[str]:
+    f = s["run"]
+    md = ["## Verdicts (each arm against the reference, pooled over passes: a server is one replicate)", ""]
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    if not pooled:
+        return md + ["Only one arm: nothing to compare.", ""]
+    md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. {s.get('correction') or ''}. "
+           f"Model: {pooled[0]['model']}.", "",
+           tables.markdown(
+               ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "p (Holm)",
+                "TOST p (Holm)", "MDE %", f"servers for {f['min_effect_pct']:g} %", "verdict"],
+               [[f"{c['arm']} / {c['reference']}", str(c["depth"]), f"{c['n_arm']} + {c['n_ref']}",
+                 num(c["ratio"], "{:.3f}"),
+                 interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")
+                 + ("" if c.get("ci_kind") in (None, "between-server") else f" ({c['ci_kind']})"),
+                 f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
+                 num(c.get("p_adjusted"), "{:.3g}"), num(c.get("p_equiv_adjusted"), "{:.3g}"),
+                 num(c.get("mde_family_pct"), "{:.1f}"), num(c.get("servers_needed"), "{}"),
+                 f"**{c['decision']}**"] for c in pooled]), ""]
+    mdes = [c["mde_family_pct"] for c in pooled if c.get("mde_family_pct") is not None]
+    if mdes:
+        md += [f"What this design could resolve: changes of {min(mdes):.1f} to {max(mdes):.1f} % and more are "
+               f"detected with 80 % power (MDE, at the family's strictest step), against the configured min "
+               f"effect of {f['min_effect_pct']:g} %.", ""]
+    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
+    if per_pass:
+        md += ["Per pass (two servers only: the interval leaves out between-server variance, so no verdict "
+               "is drawn from it):", "",
+               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI (within-server)"],
+                               [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
+                                 num(c["ratio"], "{:.3f}"), interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")]
+                                for c in per_pass]), ""]
     return md

@@ -2,8 +2,10 @@
 the cells (e2e/runner.py), then the gsm8k sign-off, then the report. The CLI calls this; nothing
 else imports the run loop.
 
-Exit status: 0 done (and gsm8k passed, when it ran), 1 done with failed cells or a sign-off that did
-not pass, 130 interrupted (servers stopped, rows kept, resumable with --resume).
+Exit status: 0 done (and gsm8k passed, when it ran), 1 done with failed cells or a failed sign-off,
+3 done but the sign-off could not decide (inconclusive or incomplete), 130 interrupted (servers
+stopped, rows kept, resumable with --resume). Latency verdicts do not set the status: a run states
+them; `compare` turns them into a regression status.
 """
 from __future__ import annotations
 
@@ -90,4 +92,6 @@ def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts:
     store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
     write_report(store.root)
     console.print(f"report: {store.root / 'report.md'}")
-    return 1 if failed or verdict not in (None, "pass") else 0
+    if failed or verdict == "fail":
+        return 1
+    return 0 if verdict in (None, "pass") else 3

@@ -63,7 +63,11 @@ def noncentrality_for_power(df: int, alpha: float, power: float = POWER) -> floa
     c = _tq(1 - alpha / 2, df)
 
     def gap(lam: float) -> float:
-        return float(st.nct.sf(c, df, lam) + st.nct.cdf(-c, df, lam)) - power
+        # scipy's noncentral t returns NaN in far tails (seen: the lower tail at df 2, lambda 8):
+        # there the lower tail is ~0 and the upper tail ~1 beyond the critical value.
+        up, lo = float(st.nct.sf(c, df, lam)), float(st.nct.cdf(-c, df, lam))
+        up = (1.0 if lam > c else 0.0) if math.isnan(up) else up
+        return up + (0.0 if math.isnan(lo) else lo) - power
     hi = c + 2.0
     while gap(hi) < 0:      # bracket upwards: nct is NaN far out, so no fixed wide bracket
         hi *= 1.5

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from e2e import compare, report, stats
+from e2e import compare, history, report, verdicts
 from e2e.config import config_to_dict, parse_config
 from e2e.errors import UserError
 from e2e.plan import make_plan
@@ -83,20 +83,24 @@ def test_write_report_files_and_decisions(tmp_path):
     assert cell["estimate_ms"] == pytest.approx(2.0, rel=0.05) and cell["n_rounds"] == 6
     with open(run / "summary.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 8 and all(r["schema_version"] == "1" for r in rows)
+    assert len(rows) == 8 and all(r["schema_version"] == str(report.SCHEMA_VERSION) for r in rows)
     md = (run / "report.md").read_text()
     for needle in ("0.26.0", "NVIDIA H200", "gemma-3-27b-it-w4a16", "| tensor parallel | 2 |",
-                   "torch.compile + CUDA graphs", "**slower**", "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |", "schema_version 1",
+                   "torch.compile + CUDA graphs", "**slower**", "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |",
+                   f"schema_version {report.SCHEMA_VERSION}",
                    "At most", "Floor unavailable: model folder"):
         assert needle in md, needle
     assert "RANDOM-WEIGHT TWIN" not in md
 
 
-def test_aa_run_is_no_significant_difference(tmp_path):
-    run = make_run(tmp_path / "aa", {"a": 2.0, "b": 2.0}, seed=3, between=0.003)
+def test_aa_run_with_tight_servers_is_equivalent(tmp_path):
+    """Identical arms, four servers each within 0.3 %: the 90 % interval sits inside +-2 %. (With
+    two servers each, df 2, it need not: the same rows then read "inconclusive" at some depth.)"""
+    run = make_run(tmp_path / "aa", {"a": 2.0, "b": 2.0}, seed=3, between=0.003, passes=4)
     a = report.RunAnalysis(run)
     pooled = [c for c in a.comparisons if c["scope"] == "pooled"]
-    assert all(c["decision"] == stats.SAME for c in pooled)
+    assert all(c["decision"] == verdicts.EQUIVALENT for c in pooled)
+    assert "Holm" in a.correction and all(c["p_adjusted"] >= c["p_value"] for c in pooled)
 
 
 def test_failed_missing_one_pass_and_three_arms(tmp_path):
@@ -105,11 +109,14 @@ def test_failed_missing_one_pass_and_three_arms(tmp_path):
     report.write_report(run)
     s = json.loads((run / "summary.json").read_text())
     pooled = {(c["arm"], c["depth"]): c for c in s["comparisons"] if c["scope"] == "pooled"}
-    assert pooled[("x", 1024)]["decision"] == stats.NODATA          # its only cell failed
-    assert pooled[("y", 8192)]["decision"] == stats.NODATA          # never ran
-    assert pooled[("y", 1024)]["decision"] == stats.SLOWER          # against the first arm
-    assert pooled[("x", 8192)]["decision"] == stats.SAME
-    assert any("one server in an arm" in w for w in pooled[("y", 1024)]["warnings"])
+    assert pooled[("x", 1024)]["decision"] == verdicts.NODATA          # its only cell failed
+    assert pooled[("y", 8192)]["decision"] == verdicts.NODATA          # never ran
+    # one server per arm: a 50 % slower arm is still not decided from one server each
+    assert pooled[("y", 1024)]["decision"] == verdicts.INSUFFICIENT_REPLICATION
+    assert pooled[("y", 1024)]["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert pooled[("y", 1024)]["ci_kind"] == verdicts.WITHIN
+    assert pooled[("x", 8192)]["decision"] == verdicts.INSUFFICIENT_REPLICATION
+    assert any("1 server in an arm" in w for w in pooled[("y", 1024)]["warnings"])
     assert any("p1-d1024-x: cell failed" in w for w in s["warnings"])
     assert any("not run: p1-d8192-y" in w for w in s["warnings"])
     assert s["max_pass_disagreement_pct"] is None
@@ -202,20 +209,35 @@ def _compare(a, b, *extra):
 
 
 def test_compare_exit_status(tmp_path):
-    a = make_run(tmp_path / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003)
-    same = make_run(tmp_path / "same", {"stock": 2.0, "widened": 1.8}, seed=2, between=0.003)
-    slow = make_run(tmp_path / "slow", {"stock": 2.3, "widened": 1.8}, seed=3, between=0.003)
-    fast = make_run(tmp_path / "fast", {"stock": 1.7, "widened": 1.8}, seed=4, between=0.003)
+    a = make_run(tmp_path / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003, passes=4)
+    same = make_run(tmp_path / "same", {"stock": 2.0, "widened": 1.8}, seed=2, between=0.003, passes=4)
+    slow = make_run(tmp_path / "slow", {"stock": 2.3, "widened": 1.8}, seed=3, between=0.003, passes=4)
+    fast = make_run(tmp_path / "fast", {"stock": 1.7, "widened": 1.8}, seed=4, between=0.003, passes=4)
     assert _compare(a, same) == 0
     assert _compare(a, fast) == 0
     out = tmp_path / "cmp.json"
     assert _compare(a, slow, "--json", str(out)) == 1
     j = json.loads(out.read_text())
-    assert j["schema_version"] == 1 and j["regressions"] == 2
-    assert {(r["arm"], r["decision"]) for r in j["rows"]} == {("stock", "slower"), ("widened", stats.SAME)}
+    assert j["schema_version"] == 2 and j["regressions"] == 2 and j["exit_status"] == 1
+    decided = {(r["arm"], r["decision"]) for r in j["rows"]}
+    assert decided == {("stock", "slower"), ("widened", verdicts.EQUIVALENT)}
+    assert "Holm" in j["correction"]
     assert _compare(a, slow, "--arm", "widened") == 0
     with pytest.raises(UserError, match="not in both runs"):
         _compare(a, slow, "--arm", "nope")
+
+
+def test_compare_cannot_decide_exits_3(tmp_path):
+    """One server per arm, an arm missing from B, or B without valid cells: exit 3, never 0."""
+    a = make_run(tmp_path / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003)
+    one = make_run(tmp_path / "one", {"stock": 2.0, "widened": 1.8}, passes=1, seed=2)
+    assert _compare(a, one) == compare.CANNOT_DECIDE
+    only_stock = make_run(tmp_path / "only", {"stock": 2.0}, seed=3, between=0.003)
+    assert _compare(a, only_stock) == compare.CANNOT_DECIDE   # widened is missing from B
+    cells = make_run(tmp_path / "failed", {"stock": 2.0, "widened": 1.8}, seed=4,
+                     failed={"p1-d1024-stock", "p1-d1024-widened", "p1-d8192-stock", "p1-d8192-widened",
+                             "p2-d1024-stock", "p2-d1024-widened", "p2-d8192-stock", "p2-d8192-widened"})
+    assert _compare(a, cells) == compare.CANNOT_DECIDE
 
 
 def test_compare_refuses_mismatched_metadata_unless_forced(tmp_path):
@@ -226,34 +248,45 @@ def test_compare_refuses_mismatched_metadata_unless_forced(tmp_path):
         _compare(a, b)
     with pytest.raises(UserError, match="model"):
         _compare(a, c)
-    assert _compare(a, b, "--force") == 0  # only the common depth 1024 is compared
+    assert _compare(a, b, "--force") in (0, compare.CANNOT_DECIDE)  # only the common depth 1024
+    m = json.loads((b / "manifest.json").read_text())
+    m["config"]["stats"] = {"alpha": 0.01, "min_effect_pct": 5.0}
+    (b / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="alpha: 0.05 vs 0.01.*min_effect_pct: 2.0 vs 5.0"):
+        _compare(a, b)
 
 
-def test_history_orders_by_version_and_decides_steps(tmp_path):
+def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     runs = tmp_path / "runs"
-    make_run(runs / "z-new", {"stock": 2.5}, vllm="0.27.1", started="2026-11-01T00:00:00", seed=1)
-    make_run(runs / "a-old", {"stock": 2.0}, vllm="0.9.2", started="2026-12-01T00:00:00", seed=2)
-    make_run(runs / "m-mid", {"stock": 2.0}, vllm="0.26.0", started="2026-10-01T00:00:00", seed=3)
-    rows = compare.history(runs, "version")
+    make_run(runs / "z-new", {"stock": 2.5}, vllm="0.27.1", started="2026-11-01T00:00:00", seed=1, between=0.003)
+    make_run(runs / "a-old", {"stock": 2.0}, vllm="0.9.2", started="2026-12-01T00:00:00", seed=2, between=0.003)
+    make_run(runs / "m-mid", {"stock": 2.0}, vllm="0.26.0", started="2026-10-01T00:00:00", seed=3, between=0.003)
+    loaded, skipped = history.load_runs(runs, "version")
+    rows, steps = history.history(loaded)
     order = [r["run"] for r in rows if r["depth"] == 1024]
-    assert order == ["a-old", "m-mid", "z-new"]  # 0.9.2 < 0.26.0 < 0.27.1 (not string order)
-    steps = [r["vs_previous"] for r in rows if r["depth"] == 1024]
-    assert steps == [None, stats.SAME, stats.SLOWER]
-    by_date = [r["run"] for r in compare.history(runs, "date") if r["depth"] == 1024]
+    assert order == ["a-old", "m-mid", "z-new"] and not skipped  # 0.9.2 < 0.26.0 < 0.27.1, not string order
+    assert [(s["depth"], s["after_run"], s["first_run"], s["decision"]) for s in steps] == [
+        (1024, "m-mid", "z-new", verdicts.SLOWER), (8192, "m-mid", "z-new", verdicts.SLOWER)]
+    by_date = [r.root.name for r in history.load_runs(runs, "date")[0]]
     assert by_date == ["m-mid", "z-new", "a-old"]
+    (runs / "broken").mkdir()
+    (runs / "broken" / "manifest.json").write_text("{not json")
+    (runs / "broken" / "plan.json").write_text("[]")
     p = argparse.ArgumentParser()
-    compare.add_history_args(p)
-    assert compare.history_main(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 0
+    history.add_history_args(p)
+    assert history.history_main(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 1  # a slower step
+    assert "skipped broken" in capsys.readouterr().out
     assert (tmp_path / "h" / "history.png").stat().st_size > 0
     with open(tmp_path / "h" / "history.csv") as f:
         assert len(list(csv.DictReader(f))) == 6
+    assert len(json.loads((tmp_path / "h" / "history.json").read_text())["change_points"]) == 2
     with pytest.raises(UserError, match="no run folders"):
-        compare.history(tmp_path / "h")
+        history.find_runs(tmp_path / "h")
 
 
 def test_version_order_is_numeric_and_release_after_rc():
     vs = ["0.27.1", "0.9.2", "0.26.0", "0.26.0rc1", None, "0.10.1+cpu"]
-    assert sorted(vs, key=compare._version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]
+    assert sorted(vs, key=history._version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]
 
 
 def test_routing_summary_per_arm_and_layer_class(tmp_path):

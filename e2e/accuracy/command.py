@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.accuracy.summary import render_markdown, summarize
+from e2e.accuracy.summary import planning, render_markdown, summarize
 from e2e.accuracy.tasks import check_lm_eval, check_tasks, gsm8k_data, primary_filter, render_tasks
 from e2e.accuracy.unit import Unit, move_aside, plan_units, reusable, run_unit, unit_settings
 from e2e.config import Config, load_config
@@ -60,6 +60,9 @@ def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | Non
     tasks_dir = render_tasks(tasks, data_file, root / "tasks")
     settings = unit_settings(cfg, tasks, limit, data["sha256"])
     say = (console.print if console is not None else (lambda m: print(m, file=sys.stderr)))
+    plan = planning(g.max_accuracy_drop, g.alpha, limit)
+    if "too_small" in plan:  # said before any server starts, and again in the summary
+        say(f"gsm8k: {plan['too_small']}")
     units = plan_units(list(arm_names), aa)
     records: dict[Unit, dict[str, Any]] = {}
     for u in units:
@@ -100,7 +103,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    """`run_e2e.py gsm8k`: 0 verdict pass, 1 fail or incomplete, 2 bad input, 130 interrupted."""
+    """`run_e2e.py gsm8k`: 0 pass, 1 fail, 3 inconclusive or incomplete (cannot sign off), 2 bad
+    input, 130 interrupted."""
     from e2e.launch import build_manifest
     from e2e.store import RunStore
 
@@ -146,4 +150,4 @@ def main(a: argparse.Namespace) -> int:
             return 130
         if fresh:
             store.update_manifest(status="complete", ended=now(), gsm8k_verdict=summary["verdict"])
-    return 0 if summary["verdict"] == "pass" else 1
+    return {"pass": 0, "fail": 1}.get(summary["verdict"], 3)

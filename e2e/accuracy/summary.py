@@ -32,15 +32,32 @@ DEFINITIONS = {
     "interval": "two-sided Wilson score interval at confidence 1 - alpha (scipy binomtest.proportion_ci)",
     "a / b": "the two servers compared (a_server, b_server: <arm>/r<k>); A is the baseline",
     "a_only / b_only": "questions right under A only / under B only (the discordant pairs)",
-    "change": "accuracy(B) - accuracy(A); its interval is the Wald paired interval, for scale only",
-    "mcnemar_p": "two-sided exact McNemar test: binomial test of a_only of (a_only + b_only) against 1/2",
-    "verdict": "pass iff mcnemar_p >= alpha and accuracy(A) - accuracy(B) <= max_accuracy_drop; "
-               "overall pass iff every comparison (arms vs the baseline arm, and the A/A pair) passes",
+    "change": "accuracy(B) - accuracy(A), with Tango's two-sided paired score interval",
+    "drop_upper / drop_lower": "one-sided (1 - alpha) bounds of the paired drop accuracy(A) - accuracy(B): "
+                               "Tango's score statistic with a critical value calibrated to exact size",
+    "mcnemar_p": "two-sided exact McNemar test (reported; it does not decide)",
+    "verdict": "non-inferiority: pass iff drop_upper <= max_accuracy_drop; fail iff drop_lower > "
+               "max_accuracy_drop; else inconclusive. Overall: pass iff every arm-vs-baseline comparison "
+               "on its task's primary filter passes; fail if any fails; incomplete if a unit is missing",
     "text_differ": "questions whose generated text differs at all between the two servers",
     "extracted_differ": "questions whose extracted answer differs between the two servers",
-    "aa": "the same arm on two fresh servers: the serving stack's own nondeterminism, the baseline "
-          "for text_differ and discordant counts",
+    "aa": "the same arm on two fresh servers: the serving stack's own nondeterminism; each arm pair's "
+          "discordant and text_differ counts are tested against it (one-sided Fisher exact): answers "
+          "that flip both ways cancel in McNemar but are a real change. Reported; it does not decide",
 }
+
+
+def planning(margin: float, alpha: float, n: int | None) -> dict[str, Any]:
+    """What a sample of n questions can show about the margin, said before anything runs."""
+    need = signoff.min_questions(margin, alpha)
+    out = {"questions": n or FULL_SIZE, "min_questions_for_a_pass": need,
+           "questions_for_80pct_power": {f"{d:.0%} discordance": signoff.questions_needed(margin, alpha, 0.8, d)
+                                         for d in (0.02, 0.05)}}
+    if need is None or (n or FULL_SIZE) < need:
+        out["too_small"] = (f"{n or FULL_SIZE} questions cannot show a drop below {100 * margin:.1f} points: even "
+                            f"with no discordant answer a pass needs {need} or more; the sign-off can only say "
+                            "inconclusive or fail")
+    return out
 
 
 def summarize(cfg: Config, run_dir: Path, units: list[Unit], records: dict[Unit, dict[str, Any]],
@@ -78,19 +95,21 @@ def summarize(cfg: Config, run_dir: Path, units: list[Unit], records: dict[Unit,
         ref = aa_by_task.get((c["task"], c["filter"]))
         if c["kind"] == "ab" and ref is not None and "n" in c:
             c["aa_baseline"] = {"text_differ": ref["text_differ"], "discordant": ref["discordant"],
-                                "text_differ_excess": c["text_differ"] - ref["text_differ"]}
-    verdict = signoff.overall_verdict(c["verdict"] for c in comparisons if c["primary"])
-    warnings = []
+                                "text_differ_excess": c["text_differ"] - ref["text_differ"],
+                                "excess": signoff.aa_check(c, ref, g.alpha)}
+    verdict = signoff.overall_verdict(c["verdict"] for c in comparisons if c["primary"] and c["kind"] == "ab")
+    plan = planning(g.max_accuracy_drop, g.alpha, settings["limit"])
+    warnings = [plan["too_small"]] if "too_small" in plan else []
     if settings["limit"] is not None:
-        warnings.append(f"--limit {settings['limit']}: only the first {settings['limit']} of "
-                        f"{FULL_SIZE} questions; too few to detect small accuracy changes")
+        warnings.append(f"--limit {settings['limit']}: only the first {settings['limit']} of {FULL_SIZE} questions")
     if len(units) < 2:
         warnings.append("one server only: nothing to compare (give two arms or --aa ARM)")
     return {
         "schema_version": SCHEMA_VERSION, "kind": "gsm8k-signoff", "created": now(),
         "description": "Paired gsm8k sign-off of vLLM arms: each arm on its own fresh server, scored "
                        "by lm-eval per question; arms compared with the baseline arm question by "
-                       "question (exact McNemar) and an optional A/A pair as the noise baseline.",
+                       "question (non-inferiority of the paired drop against max_accuracy_drop) and an "
+                       "optional A/A pair as the noise baseline.",
         "verdict": verdict, "warnings": warnings,
         "config": cfg.name, "model": cfg.model.path, "baseline_arm": base.arm, "aa_arm": aa,
         "tasks": tasks, "primary_filter": {t: primary_filter(t) for t in tasks},
@@ -99,7 +118,7 @@ def summarize(cfg: Config, run_dir: Path, units: list[Unit], records: dict[Unit,
                      "lm_eval_model": "local-chat-completions" if g.chat else "local-completions",
                      "tokenizer_backend": "none", "lm_eval_version": lm_eval_version,
                      "decoding": "greedy (temperature 0), lm-eval's generation_kwargs and stop strings"},
-        "data": data, "definitions": DEFINITIONS,
+        "data": data, "definitions": DEFINITIONS, "planning": plan,
         "units": [_unit_summary(u, records[u], g.alpha) for u in units],
         "comparisons": comparisons,
         # Every path in this file is relative to the folder holding it (<run>/gsm8k/).
@@ -133,9 +152,10 @@ def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
              f"**Verdict: {s['verdict']}** - model `{s['model']}`, {s['questions']} questions, "
              f"tasks {', '.join(s['tasks'])}, baseline arm `{s['baseline_arm']}`"
              + (f", A/A on `{s['aa_arm']}`" if s.get("aa_arm") else "") + ".",
-             f"Pass means: no significant difference (exact McNemar p >= {s['settings']['alpha']:g}) and "
-             f"a drop of at most {100 * s['settings']['max_accuracy_drop']:.1f} accuracy points, on the "
-             "primary filter of each task, for every comparison.", ""]
+             f"Pass means non-inferiority: the one-sided {100 * (1 - s['settings']['alpha']):g} % upper bound of "
+             f"the paired accuracy drop is at most {100 * s['settings']['max_accuracy_drop']:.1f} points, on the "
+             "primary filter of each task, for every arm against the baseline; fail: the lower bound is above "
+             "it; inconclusive: neither (McNemar is reported, it does not decide).", ""]
     lines += [f"- warning: {w}" for w in s["warnings"]]
     if s["warnings"]:
         lines.append("")
@@ -151,23 +171,25 @@ def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
         links = ", ".join(f"[{t}]({lp}{u['tasks'][t]['questions']})" for t in s["tasks"] if t in u["tasks"])
         lines.append(f"| {u['dir']} | {u['status']} | {num(u['startup_s'])} | {num(u['eval_s'])} | "
                      + " | ".join(cells) + f" | {links or '-'} |")
-    lines += ["", "| comparison | task / filter | n | A % | B % | change pts [CI] | A only | B only "
-              "| McNemar p | text differ | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| comparison | task / filter | n | A % | B % | change pts [CI] | drop upper pts | A only "
+              "| B only | McNemar p | text differ | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in s["comparisons"]:
         name = f"{c['kind'].upper()}: {c['a_server']} vs {c['b_server']}"
         filt = f"{c['task']} / {c['filter']}" + (" (primary)" if c["primary"] else "")
         if "n" not in c:
-            lines.append(f"| {name} | {filt} | - | - | - | - | - | - | - | - | {c['verdict']} |")
+            lines.append(f"| {name} | {filt} | - | - | - | - | - | - | - | - | - | {c['verdict']} |")
             continue
         td = str(c["text_differ"])
         if "aa_baseline" in c:
-            td += f" (A/A {c['aa_baseline']['text_differ']})"
+            ex = c["aa_baseline"].get("excess", {}).get("text_differ", {})
+            td += f" (A/A {c['aa_baseline']['text_differ']}" + (", **more**" if ex.get("flagged") else "") + ")"
         lines.append(
             f"| {name} | {filt} | {c['n']} | {pct(c['a']['accuracy'])} | {pct(c['b']['accuracy'])} | "
             f"{100 * c['change']:+.1f} [{100 * c['change_ci_low']:+.1f}, {100 * c['change_ci_high']:+.1f}] | "
+            f"{pct(c.get('drop_upper'), '{:+.1f}')} | "
             f"{c['table']['a_only']} | {c['table']['b_only']} | {c['mcnemar_p']:.3g} | {td} | "
             f"{c['verdict']} |")
-    reasons = [(c, r) for c in s["comparisons"] if c["primary"] for r in c.get("reasons", [])]
+    reasons = [(c, r) for c in s["comparisons"] if c["primary"] for r in c.get("reasons", []) + c.get("notes", [])]
     if reasons:
         lines += ["", "Reasons:"] + [
             f"- {c['kind'].upper()} {c['a_server']} vs {c['b_server']} ({c['task']}): {r}"

@@ -1,0 +1,160 @@
+"""`history DIR`: a series of runs (ordered by vLLM version, or by date): per arm and depth the
+decode estimate with its interval, and the change points of the series (e2e/changepoints.py: steps
+confirmed by the same pooled comparison a run uses), with a table, a CSV and a plot.
+
+Runs are grouped into series by the checked metadata of e2e/compare.py (a step between runs of
+different models or GPUs is not a regression of vLLM); a run folder that cannot be read is skipped
+with a warning. Exit status: 0 no "slower" step, 1 a "slower" step, 3 cannot decide (no series with
+two runs), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from e2e import tables, verdicts
+from e2e.analysis import RunAnalysis, vllm_version
+from e2e.changepoints import find_change_points
+from e2e.compare import CANNOT_DECIDE, CHECKED_METADATA, REGRESSION
+from e2e.errors import UserError
+from e2e.formats import VERSIONS
+from e2e.progress import make_console
+from e2e.store import write_json_atomic
+from e2e.tables import interval, num
+
+SERIES_KEYS = [k for k in CHECKED_METADATA if k != "depths"]  # a run may add or drop a depth
+
+
+def _version_key(v: str | None) -> tuple:
+    """Sort key for version strings: numeric release parts compare as numbers (0.9 < 0.26);
+    unknown versions sort last. (No packaging dependency: the GPU machine has no index.)"""
+    if not v:
+        return (1, ())
+    head = v.split(" / ")[0].split("+")[0]
+    m = re.match(r"^v?(\d+(?:\.\d+)*)(.*)$", head)
+    if not m:
+        return (1, (head,))
+    # a suffix (rc1, .dev3) sorts before the plain release of the same number
+    return (0, tuple(int(x) for x in m.group(1).split(".")), m.group(2) == "", m.group(2))
+
+
+def find_runs(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise UserError(f"history: {folder} is not a folder")
+    runs = sorted(p for p in folder.iterdir() if (p / "manifest.json").is_file() and (p / "plan.json").is_file())
+    if not runs:
+        raise UserError(f"history: no run folders (with manifest.json) under {folder}")
+    return runs
+
+
+def load_runs(folder: Path, order_by: str) -> tuple[list[RunAnalysis], list[str]]:
+    """The readable runs in series order, and a warning for each run folder skipped."""
+    runs, skipped = [], []
+    for p in find_runs(folder):
+        try:
+            runs.append(RunAnalysis(p))
+        except UserError as exc:
+            skipped.append(f"skipped {p.name}: {exc}")
+    if order_by == "version":
+        runs.sort(key=lambda r: (_version_key(vllm_version(r.manifest)), r.manifest.get("started") or ""))
+    else:
+        runs.sort(key=lambda r: r.manifest.get("started") or "")
+    return runs, skipped
+
+
+def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, steps). Rows: one per (run, arm, depth) in series order with the pooled estimate.
+    Steps: the change points of each series (same checked metadata), arm and depth."""
+    rows, steps = [], []
+    series: dict[tuple, list[int]] = {}
+    for i, r in enumerate(runs):
+        key = tuple(repr(CHECKED_METADATA[k](r)) for k in SERIES_KEYS)
+        series.setdefault(key, []).append(i)
+        for arm in r.arms:
+            for d in r.depths:
+                rows.append({"order": i, "run": r.root.name, "vllm": vllm_version(r.manifest),
+                             "started": r.manifest.get("started"), "arm": arm, "depth": d,
+                             "series": list(series).index(key), **verdicts.pooled_estimate(r._cells_of(arm, d))})
+    for s, members in enumerate(series.values()):
+        arms_depths = sorted({(row["arm"], row["depth"]) for row in rows if row["order"] in members})
+        for arm, d in arms_depths:
+            idx = [i for i in members if runs[i]._cells_of(arm, d)]
+            if len(idx) < 2:
+                continue
+            cps = find_change_points([runs[i]._cells_of(arm, d) for i in idx], runs[idx[0]].alpha,
+                                     runs[idx[0]].min_effect_pct, labels=[runs[i].root.name for i in idx])
+            steps += [{"series": s, "arm": arm, "depth": d, "after_run": cp.runs_before[-1],
+                       "first_run": cp.runs_after[0], **cp.to_dict()} for cp in cps]
+    return rows, steps
+
+
+def history_plot(rows: list[dict[str, Any]], steps: list[dict[str, Any]], path: Path) -> None:
+    runs = sorted({(r["order"], r["run"], r["vllm"]) for r in rows})
+    fig, ax = tables.new_figure(max(6, 1.2 * len(runs)), 4.5)
+    for key in sorted({(r["arm"], r["depth"]) for r in rows}):
+        pts = [r for r in rows if (r["arm"], r["depth"]) == key and r["estimate_ms"] is not None]
+        if not pts:
+            continue
+        err = [[r["estimate_ms"] - (r["ci_lo_ms"] or r["estimate_ms"]) for r in pts],
+               [(r["ci_hi_ms"] or r["estimate_ms"]) - r["estimate_ms"] for r in pts]]
+        ax.errorbar([r["order"] for r in pts], [r["estimate_ms"] for r in pts], yerr=err, marker="o",
+                    capsize=3, label=f"{key[0]} @ {key[1]}")
+    order = {name: o for o, name, _ in runs}
+    for s in steps:
+        ax.axvline(order[s["first_run"]] - 0.5, color="red" if s["decision"] == verdicts.SLOWER else "green",
+                   ls="--", lw=0.8)
+    ax.set_xticks([o for o, _, _ in runs], [f"{n}\nvLLM {v}" for _, n, v in runs], fontsize=7)
+    ax.set_ylabel("decode ms per token (95 % CI)")
+    ax.set_title("History (dashed: change points)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    tables.save_figure(fig, path)
+
+
+def add_history_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", help="a folder of run folders (e.g. results/)")
+    p.add_argument("--order-by", choices=("version", "date"), default="version",
+                   help="order runs by vLLM version (then date) or by start date (default: %(default)s)")
+    p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
+
+
+def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
+    console = console or make_console()
+    folder = Path(args.folder)
+    runs, skipped = load_runs(folder, args.order_by)
+    for w in skipped:
+        console.print(f"[yellow]warning: {w}[/yellow]")
+    if not runs:
+        raise UserError(f"history: no readable run folder under {folder}")
+    rows, steps = history(runs)
+    out = Path(args.out) if args.out else folder
+    out.mkdir(parents=True, exist_ok=True)
+    t = Table(title=f"history of {folder} (by {args.order_by})")
+    for c in ("run", "vLLM", "started", "arm", "depth", "ms/tok", "95 % CI", "servers", "interval"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["run"], str(r["vllm"]), str(r["started"]), r["arm"], str(r["depth"]), num(r["estimate_ms"]),
+                  interval(r["ci_lo_ms"], r["ci_hi_ms"]), str(r["n_cells"]), str(r.get("ci_kind") or "-"))
+    console.print(t)
+    for s in steps:
+        console.print(f"change point: {s['arm']} at {s['depth']} between {s['after_run']} and {s['first_run']}: "
+                      f"ratio {num(s['ratio'], '{:.3f}')} ({interval(s['ratio_ci_lo'], s['ratio_ci_hi'], '{:.3f}')}), "
+                      f"p adj {num(s['p_adjusted'], '{:.3g}')}: {s['decision']}")
+    cols = ["order", "run", "vllm", "started", "series", "arm", "depth", "estimate_ms", "ci_lo_ms", "ci_hi_ms",
+            "n_cells", "ci_kind"]
+    tables.write_csv(out / "history.csv", rows, cols, VERSIONS["history"])
+    write_json_atomic(out / "history.json", {"schema_version": VERSIONS["history"], "kind": "e2e-history",
+                                             "order_by": args.order_by, "runs": rows, "change_points": steps,
+                                             "skipped": skipped})
+    history_plot(rows, steps, out / "history.png")
+    console.print(f"wrote {out / 'history.csv'}, history.json and history.png")
+    comparable = any(len({r["order"] for r in rows if r["series"] == s}) >= 2 for s in {r["series"] for r in rows})
+    if any(s["decision"] == verdicts.SLOWER for s in steps):
+        return REGRESSION
+    return 0 if comparable else CANNOT_DECIDE
