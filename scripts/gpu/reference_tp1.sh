@@ -41,9 +41,11 @@ case "${1:?usage: reference_tp1.sh stage N | poll SECONDS}" in
       > /tmp/run.log 2>&1 < /dev/null &
     sleep 20; tail -5 /tmp/run.log ;;
   poll)
-    LIMIT=${2:-540}; T0=$(date +%s)
+    LIMIT=${2:-540}; T0=$(date +%s); LAST=0
     while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "run_e2e.py --config $CONFIG" >/dev/null; do
       sleep 5
+      # pack every minute: a call cut short at the lease's end still brings back what exists
+      if [ $(( $(date +%s) - LAST )) -ge 60 ]; then pack; LAST=$(date +%s); fi
     done
     pgrep -f "run_e2e.py --config $CONFIG" >/dev/null && echo "run: still going" || echo "run: ended"
     pack
