@@ -36,6 +36,8 @@ if cuda and not torch.cuda.is_available():
     print(json.dumps({"available": False, "reason": f"no CUDA device visible to torch {torch.__version__} ({sys.executable})"}))
     sys.exit(0)
 if cuda:
+    if dev.index is None:  # torch.cuda.mem_get_info refuses a bare "cuda" (seen on the H200)
+        dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     free, _ = torch.cuda.mem_get_info(dev)
     nbytes = min(a["max_bytes"], int(free * a["free_fraction"]))
@@ -85,6 +87,8 @@ def measure(python: str, device: str = "cuda", *, max_bytes: int = 4 << 30, free
 
     Available: method, device, device_name, torch_version, bytes (the buffer), warmup, iterations,
     best_gbps, median_gbps, times_ms (one per timed sum). Else: available False and a reason."""
+    if device == "cuda":
+        device = "cuda:0"  # torch.cuda.mem_get_info wants an index (the H200 run of 2026-12-01 failed on "cuda")
     args = {"device": device, "max_bytes": int(max_bytes), "free_fraction": float(free_fraction),
             "warmup": int(warmup), "iters": max(1, int(iters))}
     try:

@@ -2,6 +2,7 @@
 failure paths with stand-in interpreters. The GPU figure itself is only proven on a GPU (the gpu test)."""
 from __future__ import annotations
 
+import json
 import stat
 import sys
 
@@ -77,3 +78,20 @@ def test_gpu_read_bandwidth_is_below_the_datasheet_and_near_it():
     peak, _ = roofline.bandwidth_for(r["device_name"])
     # a streaming read reaches well over half of the datasheet peak and never exceeds it
     assert 0.5 * peak < r["best_gbps"] <= peak, r
+
+
+def test_a_bare_cuda_device_is_given_its_index(monkeypatch):
+    """torch.cuda.mem_get_info(torch.device("cuda")) raises ("Expected a torch.device with a
+    specified index"): on the H200 the probe failed so. The child must get cuda:0."""
+    import subprocess
+
+    from e2e import bandwidth
+    seen = {}
+
+    def fake_run(argv, **kw):
+        seen["args"] = json.loads(argv[-1])
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps({"available": False, "reason": "x"}), stderr="")
+    monkeypatch.setattr(bandwidth.subprocess, "run", fake_run)
+    bandwidth.measure("python3", "cuda")
+    assert seen["args"]["device"] == "cuda:0"
+    assert 'torch.device("cuda", 0)' in bandwidth.CHILD  # and the child does the same for its own caller
