@@ -15,6 +15,15 @@ SCHEMA_VERSION = VERSIONS["summary"]
 
 
 
+def _override_row(m: dict[str, Any]) -> list[list[str]]:
+    """A row only when server.allow_harness_flag_overrides was set: which args overrode the harness."""
+    if not ((m.get("config") or {}).get("server") or {}).get("allow_harness_flag_overrides"):
+        return []
+    used = m.get("harness_flag_overrides") or []
+    return [["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
+             + ("; ".join(f"`{u}`" for u in used) if used else "none used")]]
+
+
 def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
     f = s["run"]
     md = [f"# {f['run_id']}: decode latency report", "",
@@ -34,7 +43,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
                      + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
         ["decision rule", f"p < {f['alpha']} and 95 % CI excludes 1 and \\|ratio - 1\\| >= {f['min_effect_pct']:g} %"],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
-        ["git", json.dumps(f["git"])]]), ""]
+        ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
 
     md += ["## Arms compared (pooled over passes; a server is one replicate)", ""]
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
