@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     except INTERRUPTS:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `| head` closed stdout: not a crash; stay quiet on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("error: output closed early (broken pipe)", file=sys.stderr)
+        return 2
     except OSError as exc:
         if exc.errno not in _ENV_ERRNOS:
             return _internal_error(exc)

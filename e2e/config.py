@@ -254,7 +254,8 @@ def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    # a key is the user's text: one that would break the one line is shown quoted
+    loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
@@ -298,7 +299,8 @@ def select_arms(data_arms: Any, names: list[str], source: str) -> list[dict[str,
     out = []
     for n in names:
         if n not in by_name:
-            raise UserError(f"--arms: no arm named {n!r} (have: {', '.join(map(str, by_name))})")
+            have = ", ".join(k if k.isprintable() else repr(k) for k in by_name)
+            raise UserError(f"--arms: no arm named {n!r} (have: {have})")
         out.append(by_name[n])
     return out
 

@@ -29,10 +29,10 @@ REDACTED = "<redacted>"
 # Shell variables whose names match but whose values are paths, not secrets: scrubbing them would
 # erase every mention of the working folder from a log.
 _NOT_SECRET_VALUES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
-# Values too short or too common to scrub by value (they would erase ordinary log text); they are
-# still hidden by name.
-_MIN_SCRUB_LEN = 4
-_COMMON = frozenset({"true", "false", "none", "null", "yes", "no"})
+# Values too short or too common to scrub by value (they would erase ordinary log text, e.g. a
+# PIP_KEYRING_PROVIDER=auto inherited from the shell); they are still hidden by name.
+_MIN_SCRUB_LEN = 6
+_COMMON = frozenset({"default", "enabled", "disabled", "keyring", "subprocess"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -87,7 +87,7 @@ def redact_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             server["env"] = redact_env(server["env"])
         if isinstance(server.get("extra_args"), (list, tuple)):
             server["extra_args"] = redact_args([str(a) for a in server["extra_args"]])
-    for arm in out.get("arms") or []:
+    for arm in out.get("arms") if isinstance(out.get("arms"), list) else []:
         if isinstance(arm, dict):
             if isinstance(arm.get("env"), dict):
                 arm["env"] = redact_env(arm["env"])
@@ -126,7 +126,7 @@ def restore_secrets(cfg: Mapping[str, Any], source: str,
     if isinstance(server, dict):
         server["env"] = env_of("server", server.get("env", {}))
         args_of("server.extra_args", server.get("extra_args"))
-    for arm in out.get("arms") or []:
+    for arm in out.get("arms") if isinstance(out.get("arms"), list) else []:
         if isinstance(arm, dict):
             arm["env"] = env_of(f"arms.{arm.get('name')}", arm.get("env", {}))
             args_of(f"arms.{arm.get('name')}.args", arm.get("args"))

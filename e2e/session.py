@@ -49,6 +49,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
     with store:
         m = store.manifest()
         cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
+        store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
         cells = [Cell(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
                       server_key=c["server_key"]) for c in store.plan()]
         sampler = make_sampler(cfg)
