@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -43,28 +42,22 @@ def test_resume_records_the_commit_that_ran_it(run_copy, capsys):
 
 
 # -- damaged run folders -----------------------------------------------------------------------------
-def _damage_cells(run: Path, line: str) -> None:
-    with open(run / CELLS, "a") as f:
-        f.write(line + "\n")
-
-
 @pytest.mark.parametrize("line, msg", [
-    ("{}", "row 3 has schema_version None"), ("[]", "row 3 is list, not an object"),
-    ('"s"', "row 3 is str, not an object"), ("null", "row 3 is NoneType, not an object"),
-    ("no json", "line 3 is not JSON"), (b"\xff\xfe{}".decode("latin-1"), "line 3 is not JSON"),
-    ("missing-attempt", "row 3: attempt: Field required"),
+    (b"{}", "row 3 has schema_version None"), (b"[]", "row 3 is list, not an object"),
+    (b'"s"', "row 3 is str, not an object"), (b"null", "row 3 is NoneType, not an object"),
+    (b"no json", "line 3 is not JSON"), (b"\xff\xfe{}", "line 3 is not JSON"),
+    (b"\x80abc", "line 3 is not JSON"),             # not UTF-8: was a UnicodeDecodeError traceback
+    (b"[" * 100_000, "line 3 is not JSON"),          # nested past the parser: was a RecursionError
+    (b"missing-attempt", "row 3: attempt: Field required"),
 ])
 @pytest.mark.parametrize("command", ["report", "resume"])
 def test_damaged_cell_rows_are_one_line_and_change_nothing(run_copy, capsys, line, msg, command):
-    if line == "missing-attempt":
+    if line == b"missing-attempt":
         row = json.loads((run_copy / CELLS).read_text().splitlines()[0])
         del row["attempt"]
-        line = json.dumps(row)
-    if line.startswith("\xff"):
-        with open(run_copy / CELLS, "ab") as f:
-            f.write(b"\xff\xfe{}\n")
-    else:
-        _damage_cells(run_copy, line)
+        line = json.dumps(row).encode()
+    with open(run_copy / CELLS, "ab") as f:
+        f.write(line + b"\n")
     before = digest(run_copy)
     rc, err = run_cli(capsys, *(["report", run_copy] if command == "report" else ["--resume", run_copy]))
     assert rc == 2 and f"{run_copy / CELLS}: {msg}" in err
@@ -74,6 +67,7 @@ def test_damaged_cell_rows_are_one_line_and_change_nothing(run_copy, capsys, lin
 @pytest.mark.parametrize("name, content, msg", [
     (MANIFEST, b"{not json", "manifest.json: not JSON"),
     (MANIFEST, b"[1, 2]", "manifest.json: not a JSON object"),
+    (MANIFEST, b"[" * 100_000, "manifest.json: not JSON (maximum recursion depth"),
     (MANIFEST, b'{"schema_version": 1}', "manifest.json: has no config table"),
     (PLAN, b'{"cells": []}', "plan.json: not a JSON list of cells"),
     (PLAN, b"[1]", "plan.json: entry 1 is int, not an object"),
