@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from e2e.server import ServerFailure, ServerGone, VllmServer, tail
+from e2e.server import ServerFailure, ServerGone, VllmServer
 
 T = TypeVar("T")
 
@@ -44,5 +44,5 @@ def on_fresh_servers(new_server: Callable[[int], VllmServer], work: Callable[[Vl
             if attempt < retries:
                 on_retry(attempt, exc)
                 continue
-            raise GaveUp(failures, exc, getattr(exc, "log_tail", "") or tail(server.log_path), left) from exc
+            raise GaveUp(failures, exc, getattr(exc, "log_tail", "") or server.log_tail(), left) from exc
     raise AssertionError("unreachable")  # the loop returns or raises

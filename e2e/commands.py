@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ def csv_ints(s: str) -> list[int]:
 
 
 def add_config_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=DEFAULT_CONFIG, help="TOML config (default: %(default)s)")
+    # default None, resolved to DEFAULT_CONFIG where used: --resume must see whether it was given
+    p.add_argument("--config", help=f"TOML config (default: {DEFAULT_CONFIG})")
 
 
 def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
@@ -37,9 +39,40 @@ def add_arms_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") -> Path:
-    """results/<run-id>: the run id given, or a time stamp and the config's name."""
+    """results/<run-id>: the run id given, or a time stamp and the config's name. A run id is a
+    plain name (letters, digits, '_', '.', '-'; no '..'), never a path: a run stays under its root."""
+    from e2e.config import is_plain_name
+    from e2e.errors import UserError
+
     name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}{suffix}"
+    if not is_plain_name(name):
+        if run_id:
+            raise UserError(f"--run-id {run_id!r}: give a plain name (letters, digits, '_', '.', '-'; "
+                            "no '..'), not a path; --out sets where it goes")
+        raise UserError(f"name {cfg.name!r}: the config's name makes the run folder's name; use "
+                        "letters, digits, '_', '.', '-' (or give --run-id)")
     return Path(out or cfg.run.out) / name
+
+
+def check_writable_folder(folder: Path, what: str) -> None:
+    """One line, before anything is written, when `folder` cannot take a new file."""
+    from e2e.errors import UserError
+
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"{what}: {folder} is not writable: {exc.strerror}") from None
+
+
+# Run flags that would change a run's config or plan: a resumed run keeps its own, so they are
+# refused rather than silently ignored. (--no-progress, --no-gsm8k, --limit, --gsm8k-aa apply.)
+RESUME_REFUSES = {"config": "--config", "order": "--order", "passes": "--passes", "depths": "--depths",
+                  "arms": "--arms", "reps": "--reps", "model": "--model", "tp": "--tp",
+                  "server_mode": "--server-mode", "target_ci": "--target-ci", "out": "--out",
+                  "run_id": "--run-id", "retries": "--retries", "fail_fast": "--fail-fast",
+                  "dry_run": "--dry-run", "json": "--json"}
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -106,9 +139,15 @@ class Run(Command):
         opts = session.Options(progress=not a.no_progress, gsm8k=not a.no_gsm8k, gsm8k_limit=a.limit,
                                gsm8k_aa=a.gsm8k_aa)
         if a.resume:
+            given = [flag for dest, flag in RESUME_REFUSES.items()
+                     if getattr(a, dest, None) is not None and getattr(a, dest) is not False]
+            if given:
+                from e2e.errors import UserError
+                raise UserError(f"--resume: {', '.join(given)} cannot change a run (it keeps the config and "
+                                "plan it recorded); drop it, or start a new run")
             return session.resume(Path(a.resume), make_console(stderr=True), opts)
         arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
-        cfg = load_config(a.config, self.overrides(a), arms=arms)
+        cfg = load_config(a.config or DEFAULT_CONFIG, self.overrides(a), arms=arms)
         cells = make_plan(cfg)
         if a.dry_run:
             return _print_plan(cfg, cells, a.json)
@@ -152,10 +191,34 @@ class Report(Command):
         p.add_argument("run_dir", help="a run folder (results/<run-id>)")
 
     def run(self, a: argparse.Namespace) -> int:
+        from e2e.errors import UserError
         from e2e.report import write_report
-        for path in write_report(Path(a.run_dir)):
+
+        run_dir = Path(a.run_dir)
+        if run_dir.is_dir():  # a missing folder gets the reader's own "not a run folder"
+            check_writable_folder(run_dir, "report")
+        try:
+            paths = write_report(run_dir)
+        except OSError as exc:  # a single report file that cannot be replaced
+            raise UserError(f"report: cannot write {exc.filename}: {exc.strerror}") from None
+        for path in paths:
             print(path)
         return 0
+
+
+class CompareCommand(Delegate):
+    """compare: --json FILE is checked before the runs are read, so an unwritable FILE is one line."""
+
+    def run(self, a: argparse.Namespace) -> int:
+        if getattr(a, "json", None):
+            from e2e.errors import UserError
+            target = Path(a.json)
+            if target.is_dir():
+                raise UserError(f"--json {target}: is a folder; give a file name")
+            if not target.parent.is_dir():
+                raise UserError(f"--json {target}: folder {target.parent} does not exist")
+            check_writable_folder(target.parent, f"--json {target}")
+        return super().run(a)
 
 
 class Kernels(Command):
@@ -175,8 +238,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
     Kernels(),
     Report(),
-    Delegate("compare", "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",
-             "e2e.compare", "add_compare_args", "compare_main"),
+    CompareCommand("compare", "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",
+                   "e2e.compare", "add_compare_args", "compare_main"),
     Delegate("history", "a folder of runs: decode trend per arm and depth, and its change points",
              "e2e.history", "add_history_args", "history_main"),
 )}

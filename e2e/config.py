@@ -11,12 +11,38 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator,
+                      model_validator)
 
 from e2e.errors import UserError
 from e2e.plugin.contract import patch_form_problem
+from e2e.redact import redact_config, restore_secrets
 
-ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# An arm name, a run id: a plain name, never a path (used as folder and file names).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+ARM_NAME = PLAIN_NAME
+
+# What the harness itself passes to every server (server.py ServerSpec.argv). A config arg setting
+# one of these would win (vLLM's parser takes the last value): --host 0.0.0.0 exposes the server,
+# --enable-prefix-caching breaks the measurement. Refused unless server.allow_harness_flag_overrides.
+HARNESS_FLAGS = ("--host", "--port", "--api-key", "--served-model-name", "--enable-prefix-caching",
+                 "--no-enable-prefix-caching", "--generation-config", "--model", "--tensor-parallel-size")
+HARNESS_SHORT_FLAGS = {"-tp": "--tensor-parallel-size"}
+
+
+def is_plain_name(s: str) -> bool:
+    return bool(PLAIN_NAME.fullmatch(s)) and ".." not in s
+
+
+def harness_flag(arg: str) -> str | None:
+    """The harness-owned flag that `arg` sets, if any: --flag and --flag=value, underscores as
+    dashes (vLLM accepts --api_key), and argparse's abbreviations (--hos)."""
+    if arg.startswith("--") and len(arg) > 2:
+        name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+        if name in HARNESS_FLAGS:
+            return name
+        return next((f for f in HARNESS_FLAGS if f.startswith(name)), None)
+    return next((long for f, long in HARNESS_SHORT_FLAGS.items() if arg.startswith(f)), None)
 
 
 class _Frozen(BaseModel):
@@ -26,19 +52,19 @@ class _Frozen(BaseModel):
 class ModelCfg(_Frozen):
     path: str = Field(min_length=1, description="local folder or hub name")
     tokenizer: str | None = None
-    max_model_len: int | None = Field(default=None, gt=0)
+    max_model_len: StrictInt | None = Field(default=None, gt=0)
     # Context length of the model itself, when the config cannot be read (hub names);
     # used to reject depth + long_tokens beyond it before anything starts.
-    context_len: int | None = Field(default=None, gt=0)
+    context_len: StrictInt | None = Field(default=None, gt=0)
     # Token ids for random prompts come from the local folder's tokenizer; set this for a hub name.
-    vocab_size: int | None = Field(default=None, gt=100)
+    vocab_size: StrictInt | None = Field(default=None, gt=100)
     twin_of: str | None = None  # set for random-weight twins: reports must never call it the real model
 
 
 class ServerCfg(_Frozen):
     python: str | None = None  # default: the interpreter running the harness
     launcher: Literal["api_server", "cli"] = "api_server"
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    tensor_parallel_size: StrictInt = Field(default=1, ge=1)
     cuda_graphs: bool = True
     compilation_config: str | None = None  # passed as -cc JSON when set
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
@@ -54,18 +80,21 @@ class ServerCfg(_Frozen):
     # folder, reused by that arm's later cells, never shared across arms (a patch can change what is
     # compiled); "vllm-default" = whatever the environment says (shared by every arm).
     compile_cache: Literal["per-arm", "vllm-default"] = "per-arm"
+    # The escape hatch for args that set what the harness owns (HARNESS_FLAGS): recorded in the
+    # manifest (harness_flag_overrides) and stated at the top of report.md.
+    allow_harness_flag_overrides: bool = False
 
 
 class WorkloadCfg(_Frozen):
-    depths: tuple[int, ...] = Field(min_length=1)
-    long_tokens: int = Field(default=64, gt=1)
-    short_tokens: int = Field(default=8, gt=0)
-    rounds: int = Field(default=10, ge=1)
-    warmup_rounds: int = Field(default=1, ge=0)
-    seed: int = 0
+    depths: tuple[StrictInt, ...] = Field(min_length=1)  # strict: `depths = [true]` is not 1
+    long_tokens: StrictInt = Field(default=64, gt=1)
+    short_tokens: StrictInt = Field(default=8, gt=0)
+    rounds: StrictInt = Field(default=10, ge=1)
+    warmup_rounds: StrictInt = Field(default=1, ge=0)
+    seed: StrictInt = 0
     # Adaptive precision (stats issue): keep measuring until CI half-width < target_ci_pct.
     target_ci_pct: float | None = Field(default=None, gt=0)
-    max_rounds: int = Field(default=50, ge=1)
+    max_rounds: StrictInt = Field(default=50, ge=1)
 
     @field_validator("depths")
     @classmethod
@@ -88,10 +117,10 @@ class WorkloadCfg(_Frozen):
 
 class RunCfg(_Frozen):
     order: str = "stock-first"
-    passes: int | None = Field(default=None, ge=1)  # None: 1, or 2 for order "both"
+    passes: StrictInt | None = Field(default=None, ge=1)  # None: 1, or 2 for order "both"
     out: str = "results"
     fail_fast: bool = False
-    retries: int = Field(default=1, ge=0)  # fresh-server retries of a cell whose server failed
+    retries: StrictInt = Field(default=1, ge=0)  # fresh-server retries of a cell whose server failed
 
 
 class ArmCfg(_Frozen):
@@ -105,7 +134,7 @@ class ArmCfg(_Frozen):
     @field_validator("name")
     @classmethod
     def _name_form(cls, v: str) -> str:
-        if not ARM_NAME.match(v):
+        if not is_plain_name(v):
             raise ValueError(f"arm name {v!r} must be letters, digits, '_', '.', '-'")
         return v
 
@@ -122,10 +151,10 @@ class ArmCfg(_Frozen):
 class Gsm8kCfg(_Frozen):
     enabled: bool = True
     tasks: tuple[str, ...] = ("gsm8k_cot_offline",)
-    limit: int | None = Field(default=None, gt=0)
-    num_concurrent: int = Field(default=8, ge=1)
+    limit: StrictInt | None = Field(default=None, gt=0)
+    num_concurrent: StrictInt = Field(default=8, ge=1)
     chat: bool = False
-    max_gen_toks: int = Field(default=256, gt=0)
+    max_gen_toks: StrictInt = Field(default=256, gt=0)
     max_accuracy_drop: float = Field(default=0.01, ge=0)  # verdict bound, absolute fraction
     alpha: float = Field(default=0.05, gt=0, lt=1)
 
@@ -156,6 +185,12 @@ class Config(_Frozen):
         if dup:
             raise ValueError(f"arms: name {dup[0]!r} is used twice")
         order_arms(self.run.order, names)  # raises on an order naming no arm
+        owned = harness_flag_overrides(self)
+        if owned and not self.server.allow_harness_flag_overrides:
+            where, arg, flag = owned[0]
+            raise ValueError(f"{where}: {arg!r} sets {flag}, which the harness owns (loopback bind, "
+                             "free port, its own API key and served name, prefix caching off); "
+                             "remove it or set server.allow_harness_flag_overrides = true")
         limit = self.model.max_model_len or self.model.context_len
         if limit is not None:
             for d in self.workload.depths:
@@ -176,6 +211,19 @@ class Config(_Frozen):
         if self.run.passes is not None:
             return self.run.passes
         return 2 if self.run.order == "both" else 1
+
+
+def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:
+    """(where, the arg's flag part, the harness flag it sets) for every config arg that overrides
+    a harness-owned flag. The flag part only: a value after '=' may be a secret."""
+    out = []
+    for where, args in [("server.extra_args", cfg.server.extra_args)] + \
+            [(f"arms.{a.name}.args", a.args) for a in cfg.arms]:
+        for arg in args:
+            flag = harness_flag(arg)
+            if flag:
+                out.append((where, arg.split("=", 1)[0], flag))
+    return out
 
 
 def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
@@ -206,7 +254,8 @@ def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    # a key is the user's text: one that would break the one line is shown quoted
+    loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
@@ -246,11 +295,12 @@ def select_arms(data_arms: Any, names: list[str], source: str) -> list[dict[str,
     """The named arms of a config's [[arms]] tables, in the order given."""
     if not isinstance(data_arms, list) or not all(isinstance(a, dict) for a in data_arms):
         raise UserError(f"{source}: arms must be [[arms]] tables")
-    by_name = {a.get("name"): a for a in data_arms}
+    by_name = {a["name"]: a for a in data_arms if isinstance(a.get("name"), str)}
     out = []
     for n in names:
         if n not in by_name:
-            raise UserError(f"--arms: no arm named {n!r} (have: {', '.join(map(str, by_name))})")
+            have = ", ".join(k if k.isprintable() else repr(k) for k in by_name)
+            raise UserError(f"--arms: no arm named {n!r} (have: {have})")
         out.append(by_name[n])
     return out
 
@@ -268,3 +318,45 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     return cfg.model_dump(mode="json")
+
+
+def with_overrides(cfg: Config, overrides: dict[str, Any], source: str) -> Config:
+    """cfg with dotted-key overrides applied, validated again."""
+    data = config_to_dict(cfg)
+    for key, value in overrides.items():
+        _set_dotted(data, key, value)
+    return parse_config(data, source)
+
+
+def config_from_manifest(manifest: dict[str, Any], source: str) -> Config:
+    """The config a run recorded (redacted): secrets restored from the environment where they can be."""
+    data = manifest.get("config")
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: has no config table (file damaged)")
+    return parse_config(restore_secrets(data, source), source)
+
+
+def config_difference(a: Config, b: Config, sections: tuple[str, ...]) -> str | None:
+    """The first dotted key (redacted values) where two configs differ within `sections`, or None."""
+    da, db = redact_config(config_to_dict(a)), redact_config(config_to_dict(b))
+
+    def first(x: Any, y: Any, path: str) -> str | None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in list(x) + [k for k in y if k not in x]:
+                d = first(x.get(k), y.get(k), f"{path}.{k}" if path else k)
+                if d:
+                    return d
+            return None
+        if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+            for i, (p, q) in enumerate(zip(x, y)):
+                d = first(p, q, f"{path}.{i}")
+                if d:
+                    return d
+            return None
+        return None if x == y else path
+
+    for s in sections:
+        d = first(da.get(s), db.get(s), s)
+        if d:
+            return d
+    return None

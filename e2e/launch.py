@@ -13,14 +13,17 @@ import functools
 import hashlib
 import os
 import secrets
+import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from e2e import manifest as mf
-from e2e.config import ArmCfg, Config, config_to_dict
+from e2e.config import ArmCfg, Config, config_to_dict, harness_flag_overrides
 from e2e.errors import UserError
+from e2e.redact import redact_args, redact_config, redact_env
 from e2e.formats import VERSIONS, now
 from e2e.plugin import contract as pc
 from e2e.plan import Cell
@@ -34,16 +37,19 @@ def shim_dir(root: Path = PROJECT_ROOT) -> Path:
     """A folder holding only `<dist>.dist-info/` that declares the plugin's entry point.
 
     Generated (idempotently) under the temp dir, keyed by the project root, so a clean clone needs
-    no install step and nothing is written into the checkout.
+    no install step and nothing is written into the checkout. Every server loads what is in it, so
+    it is private: created 0700, and an existing one that is a symlink, not ours, or writable by
+    group or others is refused (another user could have planted a plugin there).
     """
     tag = hashlib.sha256(f"{root}\n{pc.ENTRY_POINT}".encode()).hexdigest()[:12]
     base = Path(tempfile.gettempdir()) / f"vllm-e2e-bench-shim-{os.getuid()}-{tag}"
     info = base / f"{pc.SHIM_DIST}-0+shim.dist-info"
     eps = f"[vllm.general_plugins]\n{pc.ENTRY_POINT}\n"
     meta = f"Metadata-Version: 2.1\nName: {pc.SHIM_DIST}\nVersion: 0+shim\nSummary: plugin shim for {root}\n"
+    _private_dir(base)
     if (info / "entry_points.txt").is_file() and (info / "entry_points.txt").read_text() == eps:
         return base
-    tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=_mkdir(base)))
+    tmp = Path(tempfile.mkdtemp(prefix=info.name + ".", dir=base))
     (tmp / "METADATA").write_text(meta)
     (tmp / "entry_points.txt").write_text(eps)
     try:
@@ -55,9 +61,40 @@ def shim_dir(root: Path = PROJECT_ROOT) -> Path:
     return base
 
 
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+def _private_dir(p: Path) -> None:
+    """p exists, is a real folder owned by this user and writable by nobody else."""
+    try:
+        os.mkdir(p, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UserError(f"cannot create the plugin shim folder {p}: {exc.strerror}") from None
+    st = os.lstat(p)
+    why = ("is not a folder (a symlink?)" if not stat.S_ISDIR(st.st_mode) else
+           f"is owned by uid {st.st_uid}, not {os.getuid()}" if st.st_uid != os.getuid() else
+           f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+           if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+    if why:
+        raise UserError(f"plugin shim folder {p} {why}: refusing to load a plugin from it; "
+                        "remove it (it is rebuilt private)")
+
+
+def server_python(cfg: Config, arm: ArmCfg) -> str:
+    return arm.python or cfg.server.python or sys.executable
+
+
+def check_launchable(cfg: Config, arm_names: list[str] | None = None) -> None:
+    """Before a run folder exists: every interpreter a server would run is there and executable,
+    and the plugin shim folder is private."""
+    for a in cfg.arms:
+        if arm_names is not None and a.name not in arm_names:
+            continue
+        py = server_python(cfg, a)
+        if shutil.which(py) is None:
+            where = f"arms.{a.name}.python" if a.python else "server.python"
+            exists = shutil.which(py, mode=os.F_OK) is not None
+            raise UserError(f"{where}: {py} {'is not executable' if exists else 'does not exist'}")
+    shim_dir()
 
 
 def plugin_env(arm: ArmCfg, record_dir: Path, cfg: Config) -> dict[str, str]:
@@ -96,7 +133,7 @@ def compile_cache_env(cfg: Config, arm: ArmCfg, run_root: Path) -> dict[str, str
     (cheaper starts), but no arm ever loads what another arm compiled."""
     if cfg.server.compile_cache != "per-arm":
         return {}
-    python = arm.python or cfg.server.python or sys.executable
+    python = server_python(cfg, arm)
     tag = hashlib.sha256(python.encode()).hexdigest()[:8]
     return {"VLLM_CACHE_ROOT": str(Path(run_root).resolve() / "vllm-cache" / f"{arm.name}-{tag}")}
 
@@ -107,7 +144,7 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
     if record_dir is not None:
         env.update(plugin_env(arm, record_dir, cfg))
     return ServerSpec(
-        python=arm.python or s.python or sys.executable,
+        python=server_python(cfg, arm),
         model=cfg.model.path, tokenizer=cfg.model.tokenizer,
         tensor_parallel_size=s.tensor_parallel_size, max_model_len=cfg.model.max_model_len,
         cuda_graphs=s.cuda_graphs, compilation_config=s.compilation_config,
@@ -116,24 +153,28 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
 
 
 def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any]:
-    pythons = {a.name: (a.python or cfg.server.python or sys.executable) for a in cfg.arms}
+    pythons = {a.name: server_python(cfg, a) for a in cfg.arms}
     installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
     gpu = mf.gpu_driver()
     arm_info = {}
     for a in cfg.arms:
         spec = server_spec(cfg, a, Path("<cell-dir>"))
         arm_info[a.name] = {
-            "server_argv": mf.redact_args(spec.argv(0)),
+            "server_argv": redact_args(spec.argv(0)),
             "api_key": "random per harness process, passed as VLLM_API_KEY (never in argv or logs)",
-            "env": mf.redact_env({k: v for k, v in spec.env.items()}),
+            "env": redact_env(spec.env),
             "patches": list(a.patches),
             "installation": installs[pythons[a.name]],
         }
     return {
         "schema_version": VERSIONS["manifest"], "run_id": run_id, "tool": "vllm-e2e-bench",
         "started": now(), "ended": None, "status": "running",
-        "config": config_to_dict(cfg), "n_cells": len(cells),
+        "config": redact_config(config_to_dict(cfg)), "n_cells": len(cells),
         "server_mode": cfg.server.mode,
+        # Set only with server.allow_harness_flag_overrides: which args override the harness's own.
+        **({"harness_flag_overrides": [f"{w}: {arg} (sets {flag})" for w, arg, flag in
+                                       harness_flag_overrides(cfg)]}
+           if cfg.server.allow_harness_flag_overrides else {}),
         "model": {"path": cfg.model.path, "twin_of": cfg.model.twin_of,
                   "twin_stamp": read_stamp(Path(cfg.model.path))},
         "arms": arm_info, "host": mf.host(), "gpu": gpu,

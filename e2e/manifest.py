@@ -4,15 +4,14 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
-REDACTED = "<redacted>"
+from e2e.redact import REDACTED, SECRET_NAME, redact_args, redact_env  # noqa: F401 (re-exported)
+
 # Variables worth recording; the rest of the environment is noise (and a leak risk).
 ENV_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "HF_", "TORCH", "PYTORCH_", "OMP_", "E2E_", "TRITON_",
                 "NVIDIA_", "HIP_", "ROCM_", "PYTHONPATH", "LD_LIBRARY_PATH", "TRANSFORMERS_")
@@ -37,32 +36,9 @@ print(json.dumps(out))
 """
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
-
-
 def relevant_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     return redact_env({k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)})
-
-
-def redact_args(args: list[str]) -> list[str]:
-    """Hide the value after any flag that names a secret (--api-key K, --hf-token=T)."""
-    out: list[str] = []
-    hide_next = False
-    for a in args:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif a.startswith("--") and SECRET_NAME.search(a):
-            if "=" in a:
-                out.append(a.split("=", 1)[0] + "=" + REDACTED)
-            else:
-                out.append(a)
-                hide_next = True
-        else:
-            out.append(a)
-    return out
 
 
 def installation(python: str, timeout_s: float = 120.0) -> dict[str, Any]:

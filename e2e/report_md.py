@@ -15,6 +15,15 @@ SCHEMA_VERSION = VERSIONS["summary"]
 
 
 
+def _override_row(m: dict[str, Any]) -> list[list[str]]:
+    """A row only when server.allow_harness_flag_overrides was set: which args overrode the harness."""
+    if not ((m.get("config") or {}).get("server") or {}).get("allow_harness_flag_overrides"):
+        return []
+    used = m.get("harness_flag_overrides") or []
+    return [["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
+             + ("; ".join(f"`{u}`" for u in used) if used else "none used")]]
+
+
 def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
     f = s["run"]
     md = [f"# {f['run_id']}: decode latency report", "",
@@ -35,7 +44,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
         ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
                           "see Verdicts"],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
-        ["git", json.dumps(f["git"])]]), ""]
+        ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
 
     md += verdict_section(s)
     md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]

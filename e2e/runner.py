@@ -21,6 +21,7 @@ from e2e.launch import server_spec, session_api_key
 from e2e.measure import CellClient, TokenSampler, measure_cell
 from e2e.plan import Cell
 from e2e.progress import Progress
+from e2e.redact import scrub
 from e2e.server import ServerGone, VllmServer, port_in_use
 from e2e.store import CELLS, REQUESTS, RunStore
 
@@ -70,8 +71,9 @@ class Runner:
             # A tag in every server process's environment: leak checks find them by it.
             spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{key}"
             self.progress.phase(remaining[0], "starting server")
-            return VllmServer(spec, ctx["log"], self.cfg.server.startup_timeout_s,
-                              self.cfg.server.stop_timeout_s, api_key=session_api_key())
+            ctx["server"] = VllmServer(spec, ctx["log"], self.cfg.server.startup_timeout_s,
+                                       self.cfg.server.stop_timeout_s, api_key=session_api_key())
+            return ctx["server"]  # its log is scrubbed of its secrets when it stops (server.py)
 
         def work(server: VllmServer, attempt: int) -> None:
             startup_s = server.startup_s
@@ -92,7 +94,8 @@ class Runner:
         except GaveUp as g:
             folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
             for cell in remaining:
-                rows.append(self._record_failed(cell, ctx, str(g), g.log_tail, g.leftover_pids, folded))
+                tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
+                rows.append(self._record_failed(cell, ctx, str(g), tail, g.leftover_pids, folded))
             if self.cfg.run.fail_fast:
                 raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {g.last}") from None
             return rows

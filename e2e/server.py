@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from e2e.redact import redact_args, scrub, scrub_file, secret_values
+
 SERVED_NAME = "bench-model"
 
 
@@ -166,6 +168,13 @@ class VllmServer:
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._known_pids: set[int] = set()
+        # What this server may print that must not stay in a file: its secret-named env and flag
+        # values and the API key. The log is scrubbed of them once the server has stopped.
+        self.secrets = secret_values({**os.environ, **spec.env}, spec.argv(0), [self.api_key])
+
+    def log_tail(self, n_lines: int = 40) -> str:
+        """The end of the log, scrubbed of this server's secrets (the log itself is scrubbed at stop)."""
+        return scrub(tail(self.log_path, n_lines), self.secrets)
 
     @property
     def base_url(self) -> str:
@@ -193,7 +202,7 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
-            log.write(f"# argv: {' '.join(self.argv)}\n".encode())
+            log.write(f"# argv: {' '.join(redact_args(self.argv))}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -206,7 +215,7 @@ class VllmServer:
                 code = self.proc.poll()
                 if code is not None:
                     raise ServerFailure(f"server exited with status {code} while starting",
-                                        tail(self.log_path), code)
+                                        self.log_tail(), code)
                 self._remember_children()
                 try:
                     if client.get(f"{self.base_url}/health").status_code == 200:
@@ -215,14 +224,14 @@ class VllmServer:
                     pass
                 if time.monotonic() > deadline:
                     raise ServerFailure(f"server not ready after {self.startup_timeout_s:.0f} s",
-                                        tail(self.log_path))
+                                        self.log_tail())
                 time.sleep(poll_s)
             # /health answers for whatever holds the port: prove it is ours (our key, our model).
             r = client.get(f"{self.base_url}/v1/models",
                            headers={"Authorization": f"Bearer {self.api_key}"})
             if r.status_code != 200 or SERVED_NAME not in r.text:
                 raise ServerFailure(f"port {self.port} answers but not as this server "
-                                    f"(/v1/models -> {r.status_code})", tail(self.log_path))
+                                    f"(/v1/models -> {r.status_code})", self.log_tail())
         self._remember_children()
         self.startup_s = time.monotonic() - self._t0
         return self.startup_s
@@ -264,6 +273,7 @@ class VllmServer:
         left = sorted(set(left) | set(self._sweep()))
         with open(self.log_path, "ab") as log:
             log.write(f"# stopped; left running: {left}\n".encode())
+        scrub_file(self.log_path, self.secrets)
         return left
 
     def _sweep(self) -> list[int]:

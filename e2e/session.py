@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.config import Config, parse_config
+from e2e import manifest as mf
+from e2e.config import Config, config_from_manifest
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
-from e2e.launch import build_manifest
+from e2e.launch import build_manifest, check_launchable
 from e2e.plan import Cell
 from e2e.progress import Progress, cells_table
 from e2e.runner import Runner, make_sampler
@@ -36,6 +37,7 @@ class Options:
 def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Options) -> int:
     """A new run folder at root (refused if it exists and is not empty), then execute()."""
     sampler = make_sampler(cfg)  # bad input before a run folder exists
+    check_launchable(cfg)
     store = RunStore.create(root)
     with store:
         store.write_manifest(build_manifest(cfg, root.name, cells))
@@ -49,17 +51,32 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
     store = RunStore.open_existing(run_dir)
     with store:
         m = store.manifest()
-        cfg = parse_config(m["config"], f"{run_dir}/manifest.json")
+        cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
+        store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
         cells = [Cell(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
                       server_key=c["server_key"]) for c in store.plan()]
         sampler = make_sampler(cfg)
-        m.setdefault("resumes", []).append({"started": now(), "git": m.get("git")})
+        check_launchable(cfg)
+        resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
+        # The code that runs the rest: its own commit, not the one that started the run.
+        m["resumes"] = resumes + [{"started": now(), "git": mf.git_commit(mf.project_root()),
+                                   "status_before": m.get("status")}]
+        m["status"] = "running"
         store.write_manifest(m)
         return execute(cfg, store, cells, console, opts, sampler)
 
 
 def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
             sampler: Any) -> int:
+    try:
+        return _execute(cfg, store, cells, console, opts, sampler)
+    except Exception as exc:  # never leave the manifest saying "running" (cli.main reports it)
+        _mark_stopped(store, exc)
+        raise
+
+
+def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
+             sampler: Any) -> int:
     from e2e.report import write_report
 
     console.print(f"run folder: {store.root}")
@@ -95,3 +112,13 @@ def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts:
     if failed or verdict == "fail":
         return 1
     return 0 if verdict in (None, "pass") else 3
+
+
+def _mark_stopped(store: RunStore, exc: Exception) -> None:
+    """Best effort: the run stopped on an error; a folder that cannot be written keeps its manifest."""
+    try:
+        if store.manifest().get("status") == "running":
+            store.update_manifest(status="stopped-on-error", ended=now(),
+                                  error=(f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300])
+    except Exception:
+        pass

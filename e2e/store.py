@@ -45,7 +45,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             rows.append(json.loads(raw))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond parsing
             if i >= len(lines) - 2 and not path.read_bytes().endswith(b"\n"):
                 break  # torn last line
             raise UserError(f"{path}: line {i + 1} is not JSON (file damaged)") from None
@@ -83,8 +83,9 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not JSON ({exc}) (file damaged)") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{path}: not JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}) "
+                        "(file damaged)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
 
@@ -127,7 +128,10 @@ class RunStore:
 
     def lock(self) -> None:
         path = self.root / ".lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a read-only folder fails here, before check_writable
+            raise UserError(f"results folder {self.root} is not writable: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

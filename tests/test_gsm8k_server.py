@@ -138,12 +138,13 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     monkeypatch.setattr(command, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
     cfg = parse_config(cfg_dict(limit=40))
     task = "gsm8k_zeroshot_offline"
-    settings = unit.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"])
+    # Reuse is per arm: each unit's settings name its arm's server (unit_settings(..., arm)).
+    settings = lambda arm: unit.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"], arm)  # noqa: E731
     a = [i % 2 == 0 for i in range(40)]            # 20 right
     b = [x and i >= 24 for i, x in enumerate(a)]   # 8 right: 12 right only under a
-    _fake_unit(tmp_path, "a", 1, a, settings, task)
-    _fake_unit(tmp_path, "b", 1, b, settings, task)
-    _fake_unit(tmp_path, "a", 2, a, settings, task)
+    _fake_unit(tmp_path, "a", 1, a, settings("a"), task)
+    _fake_unit(tmp_path, "b", 1, b, settings("b"), task)
+    _fake_unit(tmp_path, "a", 2, a, settings("a"), task)
     s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
     assert s["schema_version"] == 1 and s["verdict"] == "fail" and s["questions"] == 40
     prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
@@ -171,7 +172,7 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
 def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeypatch):
     cfg = parse_config(cfg_dict(limit=4))
     task = "gsm8k_zeroshot_offline"
-    settings = unit.unit_settings(cfg, [task], 4, PINS["gsm8k"]["sha256"])
+    settings = unit.unit_settings(cfg, [task], 4, PINS["gsm8k"]["sha256"], "a")
     _fake_unit(tmp_path, "a", 1, [True, False, True, False], settings, task)
 
     def failed_unit(cfg, unit, unit_dir, *a, **k):

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from e2e.accuracy.summary import planning, render_markdown, summarize
 from e2e.accuracy.tasks import check_lm_eval, check_tasks, gsm8k_data, primary_filter, render_tasks
 from e2e.accuracy.unit import Unit, move_aside, plan_units, reusable, run_unit, unit_settings
-from e2e.config import Config, load_config
+from e2e.config import Config, config_difference, config_from_manifest, load_config, with_overrides
 from e2e.errors import UserError
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
@@ -67,12 +66,13 @@ def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | Non
     records: dict[Unit, dict[str, Any]] = {}
     for u in units:
         udir = root / u.rel
-        rec = reusable(udir, settings)
+        usettings = unit_settings(cfg, tasks, limit, data["sha256"], u.arm)
+        rec = reusable(udir, usettings)
         if rec is not None:
             say(f"gsm8k {u.label}: reusing the finished result in {udir}")
         else:
             move_aside(udir)
-            rec = run_unit(cfg, u, udir, tasks_dir, tasks, limit, settings, say)
+            rec = run_unit(cfg, u, udir, tasks_dir, tasks, limit, usettings, say)
             acc = {t: v["accuracy"].get(primary_filter(t)) for t, v in rec.get("tasks", {}).items()}
             say(f"gsm8k {u.label}: {rec['status']}"
                 + (f"  accuracy {', '.join(f'{t} {pct(a)} %' for t, a in acc.items())}" if acc else "")
@@ -87,8 +87,8 @@ def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | Non
 
 def add_args(p: argparse.ArgumentParser) -> None:
     """Flags of `run_e2e.py gsm8k`."""
-    p.add_argument("--config", default="configs/gemma3-27b-it-w4a16-tp2.toml",
-                   help="TOML config (default: %(default)s)")
+    p.add_argument("--config", help="TOML config (default: the --run-dir's own when it has a manifest, "
+                                     "else configs/gemma3-27b-it-w4a16-tp2.toml)")
     p.add_argument("--arms", help="comma-separated arms, the first is the baseline (default: all)")
     p.add_argument("--limit", type=int, help="questions per task (default: the config's; 0 = all 1319)")
     p.add_argument("--aa", metavar="ARM", help="also run ARM on a second fresh server (A/A baseline)")
@@ -97,15 +97,38 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-gen-toks", type=int, help="generated tokens per question (gsm8k.max_gen_toks)")
     p.add_argument("--out", help="results root for a new run folder (default from config: results)")
     p.add_argument("--run-id", help="name of the new run folder (default: time stamp + config name)")
-    p.add_argument("--run-dir", help="write into this run folder (an existing run's, or a new one)")
+    p.add_argument("--run-dir", help="write into this run folder (an existing run's, with its own config, "
+                                      "or a new one)")
     p.add_argument("--assets-dir", type=Path, default=Path("assets"),
                    help="where assets/gsm8k/test.jsonl lives (default: %(default)s)")
+
+
+DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
+# What --config must agree on with an existing run's own config: what decides its servers and the
+# sign-off. (The latency workload and stats do not matter here.)
+SAME_SECTIONS = ("model", "server", "arms", "gsm8k")
+
+
+def _config(a: argparse.Namespace, root: Path | None, overrides: dict[str, Any]) -> Config:
+    """An existing run folder's own config (its manifest's), else --config; then the flags."""
+    from e2e.store import RunStore
+
+    if root is None or not (root / "manifest.json").is_file():
+        return load_config(a.config or DEFAULT_CONFIG, overrides)
+    own = config_from_manifest(RunStore.open_existing(root).manifest(), f"{root}/manifest.json")
+    if a.config is not None:
+        diff = config_difference(load_config(a.config), own, SAME_SECTIONS)
+        if diff:
+            raise UserError(f"--config {a.config} differs from the config {root} recorded (at {diff}); "
+                            "drop --config: gsm8k --run-dir uses the run's own")
+    return with_overrides(own, overrides, f"{root}/manifest.json")
 
 
 def main(a: argparse.Namespace) -> int:
     """`run_e2e.py gsm8k`: 0 pass, 1 fail, 3 inconclusive or incomplete (cannot sign off), 2 bad
     input, 130 interrupted."""
-    from e2e.launch import build_manifest
+    from e2e.commands import run_folder
+    from e2e.launch import build_manifest, check_launchable
     from e2e.store import RunStore
 
     overrides: dict[str, Any] = {}
@@ -115,7 +138,7 @@ def main(a: argparse.Namespace) -> int:
             overrides[key] = getattr(a, flag)
     if a.tasks:
         overrides["gsm8k.tasks"] = [t.strip() for t in a.tasks.split(",") if t.strip()]
-    cfg = load_config(a.config, overrides)
+    cfg = _config(a, Path(a.run_dir) if a.run_dir else None, overrides)
     names = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else [x.name for x in cfg.arms]
     for n in names + ([a.aa] if a.aa else []):
         cfg.arm(n)
@@ -127,8 +150,8 @@ def main(a: argparse.Namespace) -> int:
         root = Path(a.run_dir)
         fresh = not (root / "manifest.json").is_file()
     else:
-        run_id = a.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}-gsm8k"
-        root, fresh = Path(cfg.run.out) / run_id, True
+        root, fresh = run_folder(cfg, None, a.run_id, "-gsm8k"), True
+    check_launchable(cfg, names + ([a.aa] if a.aa else []))  # before a run folder exists
     store = RunStore.create(root) if fresh else RunStore.open_existing(root)
     from e2e.progress import make_console
     console = make_console(stderr=True)

@@ -15,11 +15,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from e2e import manifest as mf
 from e2e.config import Config
+from e2e.redact import scrub_file
 from e2e.server import SERVED_NAME, ServerFailure, VllmServer, stop_group, tail
 
 
@@ -74,7 +75,7 @@ def run_lm_eval(argv: list[str], env: dict[str, str], log: Path, server: VllmSer
         while proc.poll() is None:
             if not server.alive():
                 stop_group(proc, 10.0)
-                raise ServerFailure("server exited during the evaluation", tail(server.log_path))
+                raise ServerFailure("server exited during the evaluation", server.log_tail())
             if time.monotonic() - last_note > 30:
                 last_note = time.monotonic()
                 say(f"    lm-eval {time.monotonic() - t0:.0f} s  {_progress_text(log)}")
@@ -84,17 +85,12 @@ def run_lm_eval(argv: list[str], env: dict[str, str], log: Path, server: VllmSer
     return proc.returncode, time.monotonic() - t0
 
 
-def redact_tree(root: Path, secret: str) -> list[str]:
-    """Replace the API key wherever it appears under root (it should appear nowhere)."""
-    hits = []
-    needle = secret.encode()
-    for p in root.rglob("*"):
-        if p.is_file() and not p.name.endswith(".gz"):
-            data = p.read_bytes()
-            if needle in data:
-                p.write_bytes(data.replace(needle, mf.REDACTED.encode()))
-                hits.append(str(p.relative_to(root)))
-    return hits
+def redact_tree(root: Path, secrets: str | Iterable[str]) -> list[str]:
+    """Replace the API key and the server's other secret values wherever they appear under root
+    (they should appear nowhere). Returns the files that held one."""
+    secrets = [secrets] if isinstance(secrets, str) else list(secrets)
+    return [str(p.relative_to(root)) for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(".gz") and scrub_file(p, secrets)]
 
 
 def _questions_from_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ or stale one is moved aside to r<k>.old-<time>, never overwritten.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e import manifest as mf
 from e2e import routing
 from e2e.accuracy.lm_eval import collect, lm_eval_argv, lm_eval_env, redact_tree, run_lm_eval
 from e2e.accuracy.tasks import FULL_SIZE
@@ -27,6 +27,7 @@ from e2e.attempts import GaveUp, on_fresh_servers
 from e2e.config import Config
 from e2e.formats import VERSIONS, now
 from e2e.launch import server_spec, session_api_key
+from e2e.redact import redact_args, redact_env, scrub
 from e2e.server import VllmServer, tail
 from e2e.store import write_json_atomic
 
@@ -58,11 +59,27 @@ def plan_units(arm_names: list[str], aa: str | None) -> list[Unit]:
     return units
 
 
-def unit_settings(cfg: Config, tasks: list[str], limit: int | None, data_sha: str) -> dict[str, Any]:
-    """What must match for a finished unit to be reused (and for two units to be compared)."""
+def unit_settings(cfg: Config, tasks: list[str], limit: int | None, data_sha: str,
+                  arm: str | None = None) -> dict[str, Any]:
+    """What must match for a finished unit to be reused (and for two units to be compared).
+    With `arm`, also that arm's server: an edited arm (args, env, patches, interpreter) is run again."""
     g = cfg.gsm8k
-    return {"tasks": tasks, "limit": limit, "chat": g.chat, "max_gen_toks": g.max_gen_toks,
-            "num_concurrent": g.num_concurrent, "model": cfg.model.path, "data_sha256": data_sha}
+    out = {"tasks": tasks, "limit": limit, "chat": g.chat, "max_gen_toks": g.max_gen_toks,
+           "num_concurrent": g.num_concurrent, "model": cfg.model.path, "data_sha256": data_sha}
+    if arm is not None:
+        out["server"] = server_fingerprint(cfg, arm)
+    return out
+
+
+def server_fingerprint(cfg: Config, arm_name: str) -> dict[str, Any]:
+    """The arm's server as the reuse check sees it: the command (redacted), a hash of the
+    environment it adds (secret values redacted before hashing: no secret, not even hashed, is
+    written), its patches and interpreter."""
+    arm = cfg.arm(arm_name)
+    spec = server_spec(cfg, arm, None)
+    env = json.dumps(redact_env(spec.env), sort_keys=True)
+    return {"argv": redact_args(spec.argv(0)), "env_sha256": hashlib.sha256(env.encode()).hexdigest(),
+            "patches": list(arm.patches), "python": spec.python}
 
 
 def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: list[str],
@@ -81,7 +98,8 @@ def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: li
         log = unit_dir / f"server.a{attempt}.log"
         server = VllmServer(spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s,
                             api_key=session_api_key())
-        rec["server"] = {"argv": mf.redact_args(server.argv), "env": mf.redact_env(dict(spec.env)),
+        ctx["server"] = server
+        rec["server"] = {"argv": redact_args(server.argv), "env": redact_env(dict(spec.env)),
                          "log": log.name}
         say(f"gsm8k {unit.label}: starting server")
         return server
@@ -108,11 +126,11 @@ def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: li
     try:
         (code, folded), server, left = on_fresh_servers(new_server, work, cfg.run.retries, on_retry)
         rec["routing"], rec["leftover_pids"] = folded, left
-        if redact_tree(unit_dir, server.api_key):
+        if redact_tree(unit_dir, server.secrets):
             rec["redacted_key_found"] = True
         if code != 0:  # a harness or task error: a fresh server would not change it
             rec["error"] = f"lm-eval exited with status {code}"
-            rec["log_tail"] = tail(unit_dir / "lm_eval.log", 20)
+            rec["log_tail"] = scrub(tail(unit_dir / "lm_eval.log", 20), server.secrets)
         else:
             problem = routing.patch_problem(folded, arm)
             rec["tasks"] = collect(unit_dir, tasks)
@@ -120,7 +138,7 @@ def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: li
             rec["status"] = "ok" if problem is None else "failed"
     except GaveUp as g:
         rec["attempts"].append({"attempt": len(g.failures) - 1, "error": str(g.last)})
-        rec["error"], rec["log_tail"] = str(g.last), g.log_tail
+        rec["error"], rec["log_tail"] = str(g.last), scrub(g.log_tail, ctx["server"].secrets)
     except (RuntimeError, OSError, json.JSONDecodeError) as exc:
         rec["error"] = f"reading lm-eval's output: {exc}"
     rec["finished"] = now()
