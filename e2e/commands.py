@@ -72,7 +72,8 @@ RESUME_REFUSES = {"config": "--config", "order": "--order", "passes": "--passes"
                   "arms": "--arms", "reps": "--reps", "model": "--model", "tp": "--tp",
                   "server_mode": "--server-mode", "target_ci": "--target-ci", "out": "--out",
                   "run_id": "--run-id", "retries": "--retries", "fail_fast": "--fail-fast",
-                  "dry_run": "--dry-run", "json": "--json"}
+                  "dry_run": "--dry-run", "json": "--json", "max_passes": "--max-passes",
+                  "max_minutes": "--max-minutes"}
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -105,8 +106,10 @@ class Run(Command):
                        help="fresh server per cell (default) or one per arm and pass")
         p.add_argument("--retries", type=int, help="fresh-server retries of a failed cell")
         p.add_argument("--target-ci", type=float, metavar="PCT",
-                       help="measure each cell until its 95 %% CI half-width is below PCT %% of the "
-                            "estimate (or workload.max_rounds)")
+                       help="add passes (servers per arm, counterbalanced) until every arm ratio's 95 %% "
+                            "interval is within +-PCT %% (or --max-passes / --max-minutes)")
+        p.add_argument("--max-passes", type=int, help="adaptive replication: at most this many passes")
+        p.add_argument("--max-minutes", type=float, help="adaptive replication: no new pass after this long")
         p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
         p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
         p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
@@ -122,7 +125,8 @@ class Run(Command):
         for flag, key in (("order", "run.order"), ("passes", "run.passes"), ("depths", "workload.depths"),
                           ("reps", "workload.rounds"), ("out", "run.out"), ("model", "model.path"),
                           ("tp", "server.tensor_parallel_size"), ("server_mode", "server.mode"),
-                          ("retries", "run.retries"), ("target_ci", "workload.target_ci_pct")):
+                          ("retries", "run.retries"), ("target_ci", "run.target_ci_pct"),
+                          ("max_passes", "run.max_passes"), ("max_minutes", "run.max_minutes")):
             v = getattr(a, flag, None)
             if v is not None:
                 o[key] = v

@@ -115,9 +115,18 @@ class WorkloadCfg(_Frozen):
         return self
 
 
+DEFAULT_PASSES = 4  # servers per arm when nothing says otherwise: df 6 for the pooled comparison
+
+
 class RunCfg(_Frozen):
     order: str = "stock-first"
-    passes: StrictInt | None = Field(default=None, ge=1)  # None: 1, or 2 for order "both"
+    # Passes alternate which arm leads; each pass is one server per arm (per cell in fresh mode).
+    passes: StrictInt | None = Field(default=None, ge=1)  # None: DEFAULT_PASSES
+    # Adaptive replication: add passes until every pooled arm-ratio interval is narrower than
+    # +-target_ci_pct % (or max_passes / max_minutes is reached); None: the planned passes only.
+    target_ci_pct: float | None = Field(default=None, gt=0)
+    max_passes: StrictInt = Field(default=12, ge=2)
+    max_minutes: float | None = Field(default=None, gt=0)
     out: str = "results"
     fail_fast: bool = False
     retries: StrictInt = Field(default=1, ge=0)  # fresh-server retries of a cell whose server failed
@@ -208,9 +217,9 @@ class Config(_Frozen):
         raise UserError(f"--arms: no arm named {name!r} (have: {', '.join(a.name for a in self.arms)})")
 
     def default_passes(self) -> int:
-        if self.run.passes is not None:
-            return self.run.passes
-        return 2 if self.run.order == "both" else 1
+        """Planned passes. Adaptive replication starts from at least 2 (an interval needs them)."""
+        n = self.run.passes if self.run.passes is not None else DEFAULT_PASSES
+        return max(n, 2) if self.run.target_ci_pct is not None else n
 
 
 def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:

@@ -55,5 +55,15 @@ def make_plan(cfg: Config, passes: int | None = None) -> list[Cell]:
     return cells
 
 
+def next_pass(cfg: Config, cells: list[Cell]) -> list[Cell]:
+    """The cells of one more pass after `cells` (adaptive replication), continuing the alternation
+    of arm order: make_plan's plan for n + 1 passes begins with its plan for n."""
+    n = max((c.pass_ for c in cells), default=0)
+    more = make_plan(cfg, passes=n + 1)
+    if [c.cell_id for c in more[:len(cells)]] != [c.cell_id for c in cells]:
+        raise ValueError("the plan on disk is not this config's plan: cannot extend it")
+    return more[len(cells):]
+
+
 def plan_table_rows(cells: list[Cell]) -> list[tuple[str, ...]]:
     return [(str(c.index), str(c.pass_), c.arm, str(c.depth), c.cell_id) for c in cells]

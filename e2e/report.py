@@ -38,6 +38,7 @@ def run_facts(a: RunAnalysis) -> dict[str, Any]:
             "order": (cfg.get("run") or {}).get("order"), "passes": a.passes, "depths": a.depths,
             "arms": a.arms, "reference_arm": a.reference, "long_tokens": a.n_long,
             "short_tokens": a.n_short, "rounds": wl.get("rounds"), "target_ci_pct": wl.get("target_ci_pct"),
+            "replication": m.get("replication"),
             "alpha": a.alpha, "min_effect_pct": a.min_effect_pct, "git": m.get("git")}
 
 

@@ -43,6 +43,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
                      + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
         ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
                           "see Verdicts"],
+        ["replication", _replication(f.get("replication"), len(f["passes"]))],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
         ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
 
@@ -199,3 +200,12 @@ def verdict_section(s: dict[str, Any]) -> list[str]:
                                  num(c["ratio"], "{:.3f}"), interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")]
                                 for c in per_pass]), ""]
     return md
+
+
+def _replication(r: dict[str, Any] | None, passes: int) -> str:
+    if not r:
+        return f"{passes} pass(es) as planned (one server per arm and pass)"
+    return (f"adaptive: passes added until every arm ratio's interval was within +-{r['target_ci_pct']:g} % "
+            f"(at most {r['max_passes']} passes" + (f", {r['max_minutes']:g} min" if r.get("max_minutes") else "")
+            + f"); {r['passes']} passes, stopped by **{r['stopped_by']}** (widest +-"
+            f"{num(r.get('widest_ci_half_width_pct'), '{:.2f}')} %)")

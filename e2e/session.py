@@ -9,16 +9,18 @@ them; `compare` turns them into a regression status.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from e2e import manifest as mf
+from e2e import verdicts
 from e2e.config import Config, config_from_manifest
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
 from e2e.launch import build_manifest, check_launchable
-from e2e.plan import Cell
+from e2e.plan import Cell, next_pass
 from e2e.progress import Progress, cells_table
 from e2e.runner import Runner, make_sampler
 from e2e.stats import target_ci_stop_rule
@@ -80,10 +82,13 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
     from e2e.report import write_report
 
     console.print(f"run folder: {store.root}")
-    runner = Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
-                    stop_rule_factory=target_ci_stop_rule)
+    t0 = time.monotonic()
     try:
-        runner.run()
+        with sigterm_as_interrupt():  # also between the passes of adaptive replication
+            Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
+                   stop_rule_factory=target_ci_stop_rule).run()
+            if cfg.run.target_ci_pct is not None:
+                _replicate(cfg, store, cells, console, opts, sampler, t0)
     except INTERRUPTS:
         store.update_manifest(status="interrupted", ended=now())
         console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
@@ -112,6 +117,45 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
     if failed or verdict == "fail":
         return 1
     return 0 if verdict in (None, "pass") else 3
+
+
+def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
+               sampler: Any, t0: float) -> None:
+    """Adaptive replication: one more pass (one more server per arm, the arm order alternating)
+    until every pooled arm-ratio interval is within +-run.target_ci_pct %, or run.max_passes or
+    run.max_minutes is reached. The stopping rule is on the comparison (verdicts.replication_stop's
+    rule, read from the rows on disk), never on one cell; the manifest records what stopped it."""
+    from e2e.analysis import RunAnalysis
+
+    r = cfg.run
+    while True:
+        pooled = [c for c in RunAnalysis(store.root).comparisons if c["scope"] == "pooled"]
+        widths = [c["ci_half_width_pct"] for c in pooled]
+        passes = max(c.pass_ for c in cells)
+        if verdicts.replication_stop_rows(pooled, r.target_ci_pct):
+            stopped = "target reached"
+        elif not pooled:
+            stopped = "nothing to compare (one arm)"
+        elif passes >= r.max_passes:
+            stopped = "max passes"
+        elif r.max_minutes is not None and (time.monotonic() - t0) / 60 >= r.max_minutes:
+            stopped = "max minutes"
+        else:
+            stopped = None
+        store.update_manifest(replication={
+            "target_ci_pct": r.target_ci_pct, "max_passes": r.max_passes, "max_minutes": r.max_minutes,
+            "passes": passes, "widest_ci_half_width_pct": max((w for w in widths if w is not None), default=None),
+            "stopped_by": stopped})
+        if stopped:
+            console.print(f"adaptive replication: {passes} passes, stopped by {stopped}")
+            return
+        more = next_pass(cfg, cells)
+        console.print(f"adaptive replication: widest interval +-{max(w or float('inf') for w in widths):.2f} % "
+                      f"> {r.target_ci_pct:g} %: pass {passes + 1} ({len(more)} cells)")
+        cells += more
+        store.write_plan([c.to_dict() for c in cells])
+        Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
+               stop_rule_factory=target_ci_stop_rule).run()
 
 
 def _mark_stopped(store: RunStore, exc: Exception) -> None:

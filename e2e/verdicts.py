@@ -353,11 +353,15 @@ def decide_family(comparisons: Sequence[Comparison], alpha: float, method: str =
 def replication_stop(comparisons: Sequence[Comparison], target_ci_pct: float) -> bool:
     """Adaptive replication: True when every pooled comparison of the family has a between-server
     interval whose half-width is at most target_ci_pct % of the ratio (nothing insufficient)."""
-    pooled = [c for c in comparisons if c.decision is not None]
+    return replication_stop_rows([c.to_dict() for c in comparisons if c.decision is not None], target_ci_pct)
+
+
+def replication_stop_rows(pooled: Sequence[dict[str, Any]], target_ci_pct: float) -> bool:
+    """replication_stop on pooled comparison rows as a report holds them (Comparison.to_dict)."""
     if not pooled:
         return False
-    return all(c.ci_kind == BETWEEN and c.ci_half_width_pct is not None
-               and c.ci_half_width_pct <= target_ci_pct for c in pooled)
+    return all(c["ci_kind"] == BETWEEN and c["ci_half_width_pct"] is not None
+               and c["ci_half_width_pct"] <= target_ci_pct for c in pooled)
 
 
 # -- one arm ----------------------------------------------------------------------------------

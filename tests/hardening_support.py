@@ -42,7 +42,7 @@ def standin(tmp_path_factory) -> Path:
 def base_cfg(standin: Path) -> dict:
     return {"name": "hard", "model": {"path": "m", "vocab_size": 1000},
             "server": {"python": str(standin), "startup_timeout_s": 30},
-            "workload": {"depths": [16], "rounds": 1}, "run": {"retries": 0},
+            "workload": {"depths": [16], "rounds": 1}, "run": {"retries": 0, "passes": 1},
             "stats": {"measure_bandwidth": False}, "gsm8k": {"enabled": False},
             "arms": [{"name": "a"}, {"name": "b"}]}
 

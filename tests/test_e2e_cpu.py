@@ -19,7 +19,7 @@ from e2e.store import read_jsonl
 pytestmark = pytest.mark.server
 
 SMALL = ["--config", "configs/cpu-demo.toml", "--depths", "128", "--reps", "2", "--no-progress",
-         "--no-gsm8k"]
+         "--no-gsm8k", "--server-mode", "fresh"]
 
 REQUEST_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "n_tokens", "round", "t_client_s",
                   "prompt_tokens", "completion_tokens", "finish_reason", "valid", "server_decode_s",
@@ -29,7 +29,7 @@ CELL_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "status", "startup_
 
 
 def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
-    rc = main([*SMALL, "--order", "both", "--out", str(tmp_path), "--run-id", "both"])
+    rc = main([*SMALL, "--order", "both", "--passes", "2", "--out", str(tmp_path), "--run-id", "both"])
     run = tmp_path / "both"
     assert rc == 0, (run / "cells.jsonl").read_text()
     cells = read_jsonl(run / "cells.jsonl")
@@ -70,7 +70,7 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
 
 def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     run = tmp_path / "int"
-    cmd = [sys.executable, "run_e2e.py", *SMALL, "--order", "stock-first", "--out", str(tmp_path),
+    cmd = [sys.executable, "run_e2e.py", *SMALL, "--order", "stock-first", "--passes", "1", "--out", str(tmp_path),
            "--run-id", "int", "--depths", "128,256"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600

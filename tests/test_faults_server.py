@@ -68,7 +68,7 @@ def api_server(run: Path) -> psutil.Process:
 
 def test_sigkill_mid_cell_retries_then_fails_and_the_run_goes_on(tmp_path):
     cfg = write_config(tmp_path / "c.toml", workload={"depths": [128, 192, 256], "rounds": 3},
-                       run={"order": "stock-first", "retries": 1}, arms=[{"name": "stock"}])
+                       run={"order": "stock-first", "passes": 1, "retries": 1}, arms=[{"name": "stock"}])
     run = tmp_path / "k"
     proc, seen = start(cfg, tmp_path, "k"), []
     # Cell 1: killed once while measuring -> the fresh-server retry succeeds.
@@ -125,7 +125,7 @@ def test_never_ready_fails_clearly_within_the_timeout(tmp_path, case, request, m
         server["startup_timeout_s"] = 5
         why = "not ready after 5 s"
     cfg = write_config(tmp_path / "c.toml", workload={"depths": [128], "rounds": 1},
-                       run={"order": "stock-first", "retries": 0}, arms=[arm], server=server)
+                       run={"order": "stock-first", "passes": 1, "retries": 0}, arms=[arm], server=server)
     if model:
         text = cfg.read_text().replace(str(ROOT / "assets" / "SmolLM2-135M-Instruct"), model["path"])
         cfg.write_text(text.replace("[model]\n", "[model]\nvocab_size = 49152\n"))
@@ -144,7 +144,7 @@ def test_never_ready_fails_clearly_within_the_timeout(tmp_path, case, request, m
                                         (signal.SIGINT, "measuring"), (signal.SIGTERM, "measuring")])
 def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, sig, phase):
     cfg = write_config(tmp_path / "c.toml", workload={"depths": [128], "rounds": 3},
-                       run={"order": "stock-first"}, arms=[{"name": "stock"}])
+                       run={"order": "stock-first", "passes": 1}, arms=[{"name": "stock"}])
     run = tmp_path / "i"
     proc, seen = start(cfg, tmp_path, "i"), []
     wait_for_line(proc, f"p1-d128-stock: {phase}", seen)

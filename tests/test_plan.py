@@ -22,12 +22,36 @@ def seq(cells):
 
 
 def test_widened_first_one_pass_depths_ascending():
-    assert seq(make_plan(cfg("widened-first"))) == [
+    assert seq(make_plan(cfg("widened-first", passes=1))) == [
         (1, 1024, "widened"), (1, 1024, "stock"), (1, 8192, "widened"), (1, 8192, "stock")]
 
 
+def test_the_missions_command_plans_enough_servers_for_a_verdict():
+    """`--order widened-first` names the arm that leads pass 1; with no passes given the plan has
+    DEFAULT_PASSES (4) passes alternating the lead, so every arm gets four servers per depth."""
+    from e2e.config import DEFAULT_PASSES
+
+    cells = make_plan(cfg("widened-first"))
+    assert DEFAULT_PASSES == 4 and {c.pass_ for c in cells} == {1, 2, 3, 4}
+    leads = [next(c.arm for c in cells if c.pass_ == p) for p in (1, 2, 3, 4)]
+    assert leads == ["widened", "stock", "widened", "stock"]
+    assert all(sum(1 for c in cells if c.arm == a and c.depth == d) == 4
+               for a in ("stock", "widened") for d in (1024, 8192))
+
+
+def test_next_pass_continues_the_alternation():
+    from e2e.plan import next_pass
+
+    c = cfg("widened-first", passes=2)
+    cells = make_plan(c)
+    more = next_pass(c, cells)
+    assert [(x.pass_, x.arm) for x in more][:1] == [(3, "widened")]
+    assert [x.index for x in more] == list(range(len(cells), len(cells) + len(more)))
+    assert cells + more == make_plan(c, passes=3)
+
+
 def test_both_is_two_passes_stock_then_widened_first():
-    s = seq(make_plan(cfg("both")))
+    s = seq(make_plan(cfg("both", passes=2)))
     assert s[:4] == [(1, 1024, "stock"), (1, 1024, "widened"), (1, 8192, "stock"), (1, 8192, "widened")]
     assert s[4:] == [(2, 1024, "widened"), (2, 1024, "stock"), (2, 8192, "widened"), (2, 8192, "stock")]
 
@@ -41,18 +65,18 @@ def test_passes_alternate_and_indices_are_consecutive():
 
 
 def test_per_arm_pass_mode_groups_depths_of_an_arm_on_one_server():
-    cells = make_plan(cfg("stock-first", mode="per-arm-pass"))
+    cells = make_plan(cfg("stock-first", passes=1, mode="per-arm-pass"))
     assert seq(cells) == [(1, 1024, "stock"), (1, 8192, "stock"), (1, 1024, "widened"), (1, 8192, "widened")]
     assert len({c.server_key for c in cells}) == 2
 
 
 def test_three_arms_reverse_on_second_pass():
-    cells = make_plan(cfg("both", arms=("fa", "rocm", "triton")))
+    cells = make_plan(cfg("both", passes=2, arms=("fa", "rocm", "triton")))
     assert [c.arm for c in cells if c.depth == 1024] == ["fa", "rocm", "triton", "triton", "rocm", "fa"]
 
 
 def test_dry_run_json_schema(capsys, in_root):
-    assert main(["--config", "configs/gemma3-27b-it-w4a16-tp2.toml", "--order", "both",
+    assert main(["--config", "configs/gemma3-27b-it-w4a16-tp2.toml", "--order", "both", "--passes", "2",
                  "--dry-run", "--json"]) == 0
     cells = json.loads(capsys.readouterr().out)
     assert len(cells) == 12

@@ -1,0 +1,81 @@
+"""Adaptive replication (run.target_ci_pct): passes are added, counterbalanced, until every pooled
+arm-ratio interval is within the target, or the pass budget is spent. The loop is session's own;
+only the cells' measurement is simulated (rows as the runner writes them: each pass's servers off by
+a lognormal between-server spread), because what is under test is the stopping rule on the rows."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from e2e import session
+from e2e.config import parse_config
+from e2e.formats import cell_row, request_row
+from e2e.plan import make_plan
+from e2e.progress import make_console
+from e2e.store import CELLS, REQUESTS, RunStore
+
+
+def fake_runner(spread: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+
+    class Runner:
+        def __init__(self, cfg, store, cells, progress, sampler, stop_rule_factory=None):
+            self.cfg, self.store, self.cells = cfg, store, cells
+
+        def run(self):
+            done = self.store.finished_cell_ids()
+            for c in [c for c in self.cells if c.cell_id not in done]:
+                tpt = 0.010 * float(np.exp(rng.normal(0, spread)))  # this server's per-token cost
+                base = dict(cell_id=c.cell_id, attempt="0-x", pass_=c.pass_, arm=c.arm, depth=c.depth)
+                for r in range(6):
+                    for n in (64, 8):
+                        t = 0.05 + n * tpt * float(np.exp(rng.normal(0, 0.002)))
+                        self.store.append(REQUESTS, request_row(**base, n_tokens=n, round=r, t_client_s=t,
+                                                                valid=True))
+                self.store.append(CELLS, cell_row(**base, status="ok", index=c.index, server_key=c.server_key))
+            return []
+    return Runner
+
+
+def run(tmp_path, monkeypatch, spread, target=2.0, max_passes=6):
+    cfg = parse_config({"name": "rep", "model": {"path": "m", "vocab_size": 1000},
+                        "workload": {"depths": [64], "rounds": 6},
+                        "run": {"order": "both", "passes": 2, "target_ci_pct": target, "max_passes": max_passes},
+                        "gsm8k": {"enabled": False}, "stats": {"measure_bandwidth": False},
+                        "arms": [{"name": "a"}, {"name": "b"}]})
+    monkeypatch.setattr(session, "Runner", fake_runner(spread))
+    cells = make_plan(cfg)
+    store = RunStore.create(tmp_path / "r")
+    with store:
+        store.write_manifest({"schema_version": 1, "run_id": "r", "status": "running",
+                              "config": cfg.model_dump(mode="json")})
+        store.write_plan([c.to_dict() for c in cells])
+        rc = session.execute(cfg, store, cells, make_console(), session.Options(progress=False), None)
+    return rc, json.loads((tmp_path / "r" / "manifest.json").read_text()), \
+        json.loads((tmp_path / "r" / "plan.json").read_text())
+
+
+def test_tight_servers_stop_at_the_target(tmp_path, monkeypatch):
+    rc, m, plan = run(tmp_path, monkeypatch, spread=0.002)
+    rep = m["replication"]
+    assert rc == 0 and rep["stopped_by"] == "target reached" and rep["widest_ci_half_width_pct"] <= 2.0
+    assert rep["passes"] == max(c["pass"] for c in plan) >= 2
+
+
+def test_loose_servers_spend_the_pass_budget_and_passes_alternate(tmp_path, monkeypatch):
+    rc, m, plan = run(tmp_path, monkeypatch, spread=0.20, target=0.5, max_passes=5)
+    assert m["replication"]["stopped_by"] == "max passes" and m["replication"]["passes"] == 5
+    leads = [next(c["arm"] for c in plan if c["pass"] == p) for p in range(1, 6)]
+    assert leads == ["a", "b", "a", "b", "a"]  # counterbalanced as they are added
+    assert [c["index"] for c in plan] == list(range(len(plan)))
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "stopped by **max passes**" in report
+
+
+@pytest.mark.parametrize("passes", [None, 1])
+def test_adaptive_replication_starts_from_two_passes(passes):
+    cfg = parse_config({"model": {"path": "m"}, "workload": {"depths": [64]}, "arms": [{"name": "a"}],
+                        "run": {"target_ci_pct": 1.0, **({"passes": passes} if passes else {})}})
+    assert cfg.default_passes() == (4 if passes is None else 2)
