@@ -173,8 +173,8 @@ def verdict_section(s: dict[str, Any]) -> list[str]:
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if not pooled:
         return md + ["Only one arm: nothing to compare.", ""]
-    md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. {s.get('correction') or ''}. "
-           f"Model: {pooled[0]['model']}.", "",
+    md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+           f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.", "",
            tables.markdown(
                ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "p (Holm)",
                 "TOST p (Holm)", "MDE %", f"servers for {f['min_effect_pct']:g} %", "verdict"],
