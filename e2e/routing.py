@@ -182,11 +182,13 @@ def routing_warnings(recs: list[dict[str, Any]], folded: dict[str, Any], checked
     v = _versions(recs)
     out = []
     if not recs:
-        return [f"no routing records from any process of this server (vLLM {v}): the plugin did not "
-                f"load or could not write; routing unknown"]
+        out.append(f"no routing records from any process of this server (vLLM {v}): the plugin did not "
+                   f"load or could not write; routing unknown")
     for p in folded.get("unrecorded_processes") or []:
         out.append(f"vLLM {v}: live server process pid {p['pid']} wrote no routing record "
                    f"({p['cmdline'][:80]}): the plugin did not load there")
+    if not recs:
+        return out
     servers = [r for r in recs if _serves_model(r)]
     if not servers:
         out.append(f"vLLM {v}: no record from a process that serves the model "
