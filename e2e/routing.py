@@ -152,7 +152,8 @@ def serving_processes(record_dir: Path) -> dict[int, str] | None:
         if not rd or Path(rd).resolve() != want:
             continue
         cmd = " ".join(p.info.get("cmdline") or [])
-        if "resource_tracker" in cmd or not ("vllm" in cmd or "spawn_main" in cmd):
+        # vLLM retitles its children (VLLM::EngineCore, VLLM::Worker): match without case.
+        if "resource_tracker" in cmd or not ("vllm" in cmd.lower() or "spawn_main" in cmd):
             continue
         out[p.info["pid"]] = cmd[:160]
     return out
