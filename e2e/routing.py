@@ -166,7 +166,9 @@ def hook_table(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name in targets.ESSENTIAL:
         row: dict[str, Any] = {"what": targets.WHAT[name], "found": {}, "not_found": {}}
         for r in recs:
-            if not _serves_model(r) or not isinstance(r.get("hook_status"), dict):
+            # A process whose plugin failed stopped before vLLM built anything: its error is the
+            # story (patch_problem), not the hooks it never reached.
+            if not _serves_model(r) or r.get("error") or not isinstance(r.get("hook_status"), dict):
                 continue
             st = r["hook_status"].get(name) or {"state": "unknown", "why": "not in the record"}
             label = f"{_proc_label(r)} (vLLM {r.get('vllm_version')})"
@@ -204,7 +206,7 @@ def routing_warnings(recs: list[dict[str, Any]], folded: dict[str, Any], checked
         if r.get("_stale"):
             out.append(f"vLLM {r.get('vllm_version')}: {_proc_label(r)}: record not refreshed before the "
                        f"fold (process hung or gone): counts may be short")
-    if servers and not out and not folded.get("layer_classes"):
+    if servers and not out and not folded.get("layer_classes") and not any(r.get("error") for r in recs):
         out.append(f"vLLM {v}: hooks found but no attention layer class counted (no forward ran with "
                    f"attention metadata)")
     return out

@@ -19,6 +19,8 @@ import sys
 import pytest
 
 from e2e import envs
+from e2e import routing as folding
+from e2e.config import ArmCfg
 from e2e.cli import main
 from e2e.store import read_jsonl
 from tests.conftest import write_config
@@ -71,8 +73,12 @@ def test_one_cell_on_each_release_with_routing_from_every_process(tmp_path, smol
         for target in ("attention", "steps", "attention_forward"):
             assert list(r["hooks"][target]["found"]) and not r["hooks"][target]["not_found"], r["hooks"]
     bad = cells[f"v{v1}-broken"]
-    assert bad["status"] == "failed"
-    text = (bad.get("error") or "") + (bad.get("log_tail") or "")
-    assert f"e2e plugin: patch {BROKEN_PATCH!r} failed in vLLM {v1}" in text, text[-3000:]
-    assert "does not exist in vLLM" in text and "[Worker" in text
+    assert bad["status"] == "failed" and "while starting" in bad["error"]
+    # The worker's record and the server's log both carry the plugin's message, naming the release.
+    want = f"e2e plugin: patch {BROKEN_PATCH!r} failed in vLLM {v1}: RuntimeError: target "
+    (worker,) = [p for p in bad["routing"]["processes"] if p["role"] == "Worker"]
+    assert worker["error"].startswith(want) and f"does not exist in vLLM {v1} [Worker pid" in worker["error"]
+    assert want in (run / bad["log_path"]).read_text()
+    assert folding.patch_problem(bad["routing"], ArmCfg(name="x")).startswith("plugin failed in Worker")
+    assert bad["routing"]["warnings"] == []  # the failure is the story, not hooks the worker never reached
     assert tagged_processes(str(run)) == []
