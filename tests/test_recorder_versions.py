@@ -184,3 +184,4 @@ def test_a_patch_target_missing_on_the_version_fails_register_with_the_version(t
     assert f"patch {patch!r}" in line and "vLLM 9.9.2" in line and "[Worker pid" in line
     folded = routing.fold_records(tmp_path / "r", ArmCfg(name="x"), wait_s=0)
     assert routing.patch_problem(folded, ArmCfg(name="x")).startswith("plugin failed in Worker")
+    assert folded["warnings"] == []  # the failed patch is the story, not the hooks never reached
