@@ -93,9 +93,11 @@ class Runner:
             _, server, left = on_fresh_servers(new_server, work, self.cfg.run.retries, on_retry)
         except GaveUp as g:
             folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
+            problem = routing.patch_problem(folded, arm)  # why the start failed, in the plugin's words
+            error = str(g) + (f"; {problem}" if problem else "")
             for cell in remaining:
                 tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
-                rows.append(self._record_failed(cell, ctx, str(g), tail, g.leftover_pids, folded))
+                rows.append(self._record_failed(cell, ctx, error, tail, g.leftover_pids, folded))
             if self.cfg.run.fail_fast:
                 raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {g.last}") from None
             return rows
