@@ -171,3 +171,16 @@ def test_groups_keep_cells_of_one_server_together():
     from e2e.plan import server_groups
     cells = [Cell(0, 1, "a", 1, "k1"), Cell(1, 1, "a", 2, "k1"), Cell(2, 1, "b", 1, "k2")]
     assert [[c.index for c in g] for g in server_groups(cells)] == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize("address, why", [("127.0.0.1:1", "nothing answers there"),
+                                          ("nonsense", "give auto, HOST:PORT or ray://HOST:PORT")])
+def test_a_cluster_address_that_cannot_work_is_one_line_within_seconds(tmp_path, capsys, in_root, address, why):
+    pytest.importorskip("ray")
+    import time
+    t0 = time.monotonic()
+    rc = main(["--config", "configs/cpu-demo.toml", "--executor", "ray", "--ray-address", address,
+               "--no-gsm8k", "--out", str(tmp_path), "--run-id", "x"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and err.startswith("error: --ray-address") and why in err, err
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "x").exists()  # ray.init alone retries for minutes

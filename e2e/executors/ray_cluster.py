@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ def connect(address: str | None) -> bool:
     """ray.init on `address` (a running cluster: "auto", "host:port", "ray://host:port") or, with
     None, a new local cluster for this run. Returns whether this process started the cluster.
     ray.init installs its own SIGTERM handler; the harness's (SIGTERM = Ctrl-C) is put back."""
+    if address and address != "auto":
+        reachable(address)
     term = signal.getsignal(signal.SIGTERM)
     kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                           "logging_level": logging.WARNING, "configure_logging": True}
@@ -37,6 +40,19 @@ def connect(address: str | None) -> bool:
         if term is not None:
             signal.signal(signal.SIGTERM, term)
     return address is None
+
+
+def reachable(address: str, timeout_s: float = 10.0) -> None:
+    """HOST:PORT (or ray://HOST:PORT) answers TCP: ray.init would otherwise retry for minutes."""
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--ray-address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UserError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
+                        "is the cluster up (ray start --head)?") from None
 
 
 def on_node(node_id: str) -> NodeAffinitySchedulingStrategy:
