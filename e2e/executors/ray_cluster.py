@@ -10,8 +10,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+try:
+    import ray
+except ImportError:  # still importable without the extra (a clean install); create() names the package
+    ray = None
 
 from e2e.config import Config
 from e2e.errors import UserError
@@ -55,7 +57,8 @@ def reachable(address: str, timeout_s: float = 10.0) -> None:
                         "is the cluster up (ray start --head)?") from None
 
 
-def on_node(node_id: str) -> NodeAffinitySchedulingStrategy:
+def on_node(node_id: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 

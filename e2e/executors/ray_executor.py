@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray.util.queue import Queue
+try:
+    import ray
+except ImportError:  # still importable without the extra (a clean install); create() names the package
+    ray = None
 
 from e2e.config import Config
 from e2e.errors import UserError
@@ -82,6 +84,7 @@ class RayExecutor:
         opts: dict[str, Any] = {"num_cpus": 0}
         if me in rc.alive_node_ids():  # rows wait in this node's memory, not on a node that can die
             opts["scheduling_strategy"] = rc.on_node(me)
+        from ray.util.queue import Queue
         self.inbox = Queue(actor_options=opts)
 
     def _balance(self, cfg: Config, cells: list[Cell]) -> dict[str, Any]:

@@ -14,12 +14,20 @@ from typing import Any
 
 import numpy as np
 import psutil
-import ray
+
+try:
+    import ray
+except ImportError:  # still importable without the extra (a clean install); create() names the package
+    ray = None
 
 from e2e.executors.node_side import NodeProgress, NodeStore, remove, scratch_root, task_files
 
 
-@ray.remote(max_retries=0)
+def _remote(**options: Any) -> Any:
+    return ray.remote(**options) if ray is not None else (lambda fn: fn)
+
+
+@_remote(max_retries=0)
 def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     """Start the group's server(s) here and measure its cells with the run loop (e2e/runner.py);
     every row goes to the driver's inbox as it is measured, the logs and routing records when the
@@ -57,7 +65,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     return {"pid": os.getpid()}
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@_remote(num_cpus=0, max_retries=0)
 def probe(pythons: list[str], paths: list[str], cwd: str) -> dict[str, Any]:
     """What this node would run: each interpreter's vLLM/torch versions, GPUs, and which of the
     driver's paths (the model) it lacks."""
@@ -72,7 +80,7 @@ def probe(pythons: list[str], paths: list[str], cwd: str) -> dict[str, Any]:
             "missing": [p for p in paths if not Path(p).exists()]}
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@_remote(num_cpus=0, max_retries=0)
 def sweep(run_root: str, key: str | None = None, secrets: tuple[str, ...] = (),
           remove_scratch: bool = False) -> dict[str, Any]:
     """SIGKILL every process on this node whose E2E_SERVER_TAG names this run (one group's, when
