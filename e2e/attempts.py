@@ -7,6 +7,7 @@ server's (a task error, bad output) are not retried: a fresh server would not ch
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable, TypeVar
 
 from e2e.server import ServerFailure, ServerGone, VllmServer
@@ -26,23 +27,30 @@ class GaveUp(Exception):
 
 
 def on_fresh_servers(new_server: Callable[[int], VllmServer], work: Callable[[VllmServer, int], T],
-                     retries: int, on_retry: Callable[[int, Exception], None]
-                     ) -> tuple[T, VllmServer, list[int]]:
-    """Run work(server, attempt) inside a fresh server; returns (its result, the stopped server,
-    the pids left after its teardown, which should be []). Raises GaveUp after retries + 1 failed
-    servers."""
+                     retries: int, on_retry: Callable[[int, Exception], None],
+                     unit: Callable[[], object] = lambda: None) -> tuple[T, VllmServer, list[int]]:
+    """Run work(server, n) inside fresh servers (n counts the servers started here); returns (its
+    result, the stopped server, the pids left after its teardown, which should be []).
+
+    `unit` names the piece of work in hand: work that moves through several units on one server
+    (a pass's depths on a per-arm-pass server) gives each unit its own `retries`, so a failure
+    after unit A finished is B's first, not A's second. Raises GaveUp once one unit has failed on
+    retries + 1 servers; its failures are that unit's, numbered from attempt 0."""
     failures: list[str] = []
-    for attempt in range(retries + 1):
-        server = new_server(attempt)
+    current = unit()
+    for n in itertools.count():
+        server = new_server(n)
         try:
             with server:
-                result = work(server, attempt)
+                result = work(server, n)
             return result, server, server.stop()
         except (ServerFailure, ServerGone) as exc:
             left = server.stop()
-            failures.append(f"attempt {attempt}: {exc}")
-            if attempt < retries:
-                on_retry(attempt, exc)
+            if unit() != current:  # the work moved on before this failure: the new unit's first
+                current, failures = unit(), []
+            failures.append(f"attempt {len(failures)}: {exc}")
+            if len(failures) <= retries:
+                on_retry(len(failures) - 1, exc)
                 continue
             raise GaveUp(failures, exc, getattr(exc, "log_tail", "") or server.log_tail(), left) from exc
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -271,6 +271,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Report(),
     CompareCommand("compare", "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",
                    "e2e.compare", "add_compare_args", "compare_main"),
+    Delegate("env", "a pinned venv of a vLLM release, wheel or checkout; prints its python", "e2e.envs"),
     Delegate("history", "a folder of runs: decode trend per arm and depth, and its change points",
              "e2e.history", "add_history_args", "history_main"),
 )}

@@ -43,19 +43,21 @@ def _version_key(v: str | None) -> tuple:
     return (0, tuple(int(x) for x in m.group(1).split(".")), m.group(2) == "", m.group(2))
 
 
-def find_runs(folder: Path) -> list[Path]:
+def find_runs(folder: Path, match: str = "*") -> list[Path]:
+    """Run folders (manifest.json and plan.json) directly under folder whose name matches the glob."""
     if not folder.is_dir():
         raise UserError(f"history: {folder} is not a folder")
-    runs = sorted(p for p in folder.iterdir() if (p / "manifest.json").is_file() and (p / "plan.json").is_file())
+    runs = sorted(p for p in folder.glob(match)
+                  if (p / "manifest.json").is_file() and (p / "plan.json").is_file())
     if not runs:
-        raise UserError(f"history: no run folders (with manifest.json) under {folder}")
+        raise UserError(f"history: no run folders (with manifest.json) named {match!r} under {folder}")
     return runs
 
 
-def load_runs(folder: Path, order_by: str) -> tuple[list[RunAnalysis], list[str]]:
+def load_runs(folder: Path, order_by: str, match: str = "*") -> tuple[list[RunAnalysis], list[str]]:
     """The readable runs in series order, and a warning for each run folder skipped."""
     runs, skipped = [], []
-    for p in find_runs(folder):
+    for p in find_runs(folder, match):
         try:
             runs.append(RunAnalysis(p))
         except UserError as exc:
@@ -121,13 +123,15 @@ def add_history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", help="a folder of run folders (e.g. results/)")
     p.add_argument("--order-by", choices=("version", "date"), default="version",
                    help="order runs by vLLM version (then date) or by start date (default: %(default)s)")
+    p.add_argument("--match", default="*", metavar="GLOB",
+                   help="only run folders whose name matches (e.g. 'cpu-vllm-*'; default: all)")
     p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
 
 
 def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
     console = console or make_console()
     folder = Path(args.folder)
-    runs, skipped = load_runs(folder, args.order_by)
+    runs, skipped = load_runs(folder, args.order_by, args.match)
     for w in skipped:
         console.print(f"[yellow]warning: {w}[/yellow]")
     if not runs:

@@ -32,6 +32,11 @@ try:
 except Exception as e:
     out["torch_error"] = repr(e)
 import sys; out["python"] = sys.version.split()[0]; out["executable"] = sys.executable
+import os; p = os.path.join(sys.prefix, "e2e-env.json")  # a venv made by `run_e2e.py env`: its stamp
+if os.path.isfile(p):
+    try:
+        s = json.load(open(p)); out["e2e_env"] = {k: s.get(k) for k in ("key", "spec", "created", "torch_resolved")}
+    except Exception as e: out["e2e_env"] = {"error": repr(e)}
 print(json.dumps(out))
 """
 

@@ -82,7 +82,12 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
                       [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
                         ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
                        for r in routing]), ""]
-    if not routing:
+    warned = [(cid, c.get("arm"), w) for cid, c in a.cell_rows.items()
+              if isinstance(c.get("routing"), dict) for w in c["routing"].get("warnings") or []]
+    if warned:  # never an empty or partial routing table that looks like a result
+        md += ["**Routing warnings**: for these cells the routing above is incomplete or unknown "
+               "(their latency stands):", ""] + [f"- `{cid}` ({arm}): {w}" for cid, arm, w in warned] + [""]
+    if not routing and not warned:
         md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
 
     gs = s.get("gsm8k") or []

@@ -1,6 +1,12 @@
 """Routing records -> the cell row's `routing`: fold what the plugin wrote in every vLLM process
 of one server (e2e/plugin/recorder.py writes them), and judge whether the arm's patches were proven
-applied in every process that needed them."""
+applied in every process that needed them.
+
+`routing["warnings"]` says, in words that name the vLLM version, why the routing of a cell is not a
+result even though its latency is: a hook of the recorder not found in a process that serves the
+model (e2e/plugin/targets.py), a live process of the server that wrote no record, no record from a
+process that serves the model, no layer class counted. `routing["hooks"]` is the per-target detail.
+"""
 from __future__ import annotations
 
 import json
@@ -8,8 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from e2e.config import ArmCfg
-from e2e.plugin.contract import RECORD_SCHEMA_PREFIX
+from e2e.plugin import targets
+from e2e.plugin.contract import ENV_RECORD_DIR, RECORD_SCHEMA_PREFIX
 
 
 def read_records(record_dir: Path) -> list[dict[str, Any]]:
@@ -57,7 +66,8 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
         "vllm_version": r.get("vllm_version"), "plugin_dist": r.get("plugin_dist"),
         "cudagraph_mode": r.get("cudagraph_mode"), "enforce_eager": r.get("enforce_eager"),
         "model_steps": r.get("model_steps"), "error": r.get("error"), "stale": r["_stale"],
-        "final": r.get("final"), "hooked": r.get("hooked"),
+        "final": r.get("final"), "hooked": r.get("hooked"), "serves_model": _serves_model(r),
+        "hook_status": r.get("hook_status"),
     } for r in recs]
     classes: dict[str, dict[str, Any]] = {}
     for r in recs:
@@ -101,9 +111,104 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
         "routing_mode": modes, "cudagraph_modes": sorted({str(r.get("cudagraph_mode")) for r in recs
                                                           if r.get("runs_model")}),
     }
+    live = serving_processes(Path(record_dir))
+    out["unrecorded_processes"] = [] if live is None else \
+        [{"pid": pid, "cmdline": cmd} for pid, cmd in sorted(live.items()) if pid not in {r.get("pid") for r in recs}]
+    out["hooks"] = hook_table(recs)
+    out["warnings"] = routing_warnings(recs, out, live is not None)
     if "per-step" in modes:
         out["per_step_complete"] = all("FULL" not in str(r.get("cudagraph_mode")) or r.get("enforce_eager")
                                        for r in recs if r.get("runs_model"))
+    return out
+
+
+def _serves_model(r: dict[str, Any]) -> bool:
+    # Records of plugin versions before hook_status lack serves_model: their runs_model stands in.
+    return bool(r.get("serves_model") or r.get("runs_model"))
+
+
+def _versions(recs: list[dict[str, Any]]) -> str:
+    vs = sorted({str(r.get("vllm_version")) for r in recs if r.get("vllm_version")})
+    return " / ".join(vs) or "unknown"
+
+
+def serving_processes(record_dir: Path) -> dict[int, str] | None:
+    """The live processes of the server writing into record_dir (each carries E2E_RECORD_DIR in its
+    environment): pid -> command line head. vLLM's own processes only: the API server and what it
+    spawned, not multiprocessing's resource tracker or compile workers, which never load plugins.
+    None when the processes cannot be read (then nothing is claimed about them)."""
+    want = Path(record_dir).resolve()
+    out: dict[int, str] = {}
+    try:
+        procs = list(psutil.process_iter(["pid", "cmdline"]))
+    except psutil.Error:
+        return None
+    for p in procs:
+        try:
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        rd = env.get(ENV_RECORD_DIR)
+        if not rd or Path(rd).resolve() != want:
+            continue
+        cmd = " ".join(p.info.get("cmdline") or [])
+        # vLLM retitles its children (VLLM::EngineCore, VLLM::Worker): match without case.
+        if "resource_tracker" in cmd or not ("vllm" in cmd.lower() or "spawn_main" in cmd):
+            continue
+        out[p.info["pid"]] = cmd[:160]
+    return out
+
+
+def hook_table(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per essential target of the recorder: the model-serving processes that found it (where) and
+    those that did not (why), with the vLLM version each ran."""
+    table: dict[str, dict[str, Any]] = {}
+    for name in targets.ESSENTIAL:
+        row: dict[str, Any] = {"what": targets.WHAT[name], "found": {}, "not_found": {}}
+        for r in recs:
+            # A process whose plugin failed stopped before vLLM built anything: its error is the
+            # story (patch_problem), not the hooks it never reached.
+            if not _serves_model(r) or r.get("error") or not isinstance(r.get("hook_status"), dict):
+                continue
+            st = r["hook_status"].get(name) or {"state": "unknown", "why": "not in the record"}
+            label = f"{_proc_label(r)} (vLLM {r.get('vllm_version')})"
+            if st.get("state") == targets.FOUND:
+                row["found"][label] = st.get("where")
+            else:
+                row["not_found"][label] = f"{st.get('state')}: {st.get('why')}"
+        table[name] = row
+    return table
+
+
+def routing_warnings(recs: list[dict[str, Any]], folded: dict[str, Any], checked_live: bool) -> list[str]:
+    """Why this cell's routing is not a result, each naming the vLLM version; [] when it is one."""
+    v = _versions(recs)
+    out = []
+    if not recs:
+        out.append(f"no routing records from any process of this server (vLLM {v}): the plugin did not "
+                   f"load or could not write; routing unknown")
+    for p in folded.get("unrecorded_processes") or []:
+        out.append(f"vLLM {v}: live server process pid {p['pid']} wrote no routing record "
+                   f"({p['cmdline'][:80]}): the plugin did not load there")
+    if not recs:
+        return out
+    servers = [r for r in recs if _serves_model(r)]
+    if not servers:
+        out.append(f"vLLM {v}: no record from a process that serves the model "
+                   f"({', '.join(_proc_label(r) for r in recs)} reported); routing unknown")
+    for name, row in (folded.get("hooks") or {}).items():
+        for label, why in row["not_found"].items():
+            out.append(f"hook {name!r} ({row['what']}) not found in {label}: {why}")
+    for r in servers:
+        for k in ("config_error", "rank_error", "flush_error"):
+            if r.get(k):
+                out.append(f"vLLM {r.get('vllm_version')}: {_proc_label(r)}: {k} {r[k]}")
+        if r.get("_stale"):
+            out.append(f"vLLM {r.get('vllm_version')}: {_proc_label(r)}: record not refreshed before the "
+                       f"fold (process hung or gone): counts may be short")
+    if servers and not out and not folded.get("layer_classes") and not any(r.get("error") for r in recs):
+        out.append(f"vLLM {v}: hooks found but no attention layer class counted (no forward ran with "
+                   f"attention metadata)")
     return out
 
 
@@ -134,9 +239,10 @@ def patch_problem(routing: dict[str, Any], arm: ArmCfg) -> str | None:
     if not procs:
         return f"no plugin records arrived: patches {want} not proven applied"
     missing = [p["label"] for p in procs if not set(want) <= set(p.get("patches_applied") or [])]
+    missing += [f"pid {p['pid']} (no record)" for p in routing.get("unrecorded_processes") or []]
     if missing:
         return f"patches {want} not applied in {', '.join(missing)}"
-    runners = [p for p in procs if p.get("runs_model")]
+    runners = [p for p in procs if p.get("runs_model") or p.get("serves_model")]
     if not runners:
         return f"patches {want}: no record from a process that runs the model (worker)"
     size = max((p.get("tp_size") or 1) for p in runners)
@@ -155,6 +261,8 @@ def routing_summary(routing: dict[str, Any]) -> list[str]:
     for p in procs:
         if p.get("error") or (routing.get("patches") and set(routing["patches"]) - set(p.get("patches_applied") or [])):
             lines.append(f"  ! {p['label']}: applied {p.get('patches_applied')} error {p.get('error')}")
+    for w in routing.get("warnings") or []:
+        lines.append(f"  ! routing: {w}")
     for c in routing.get("layer_classes") or []:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(c["paths"].items()))
         lines.append(f"  {c['layer_class']} x{c['n_layers']}: {c['path']} [{counts}] in {len(c['processes'])} proc")

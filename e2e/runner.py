@@ -57,16 +57,22 @@ class Runner:
         return written
 
     def _run_group(self, group: list[Cell]) -> list[dict[str, Any]]:
-        """Cells that share one server (one cell in fresh mode), retried on a fresh server."""
+        """Cells that share one server (one cell in fresh mode), each retried on fresh servers.
+
+        Every cell has its own `retries`: on a shared server a failure is charged to the cell in
+        hand, the cells already measured keep their rows, and the rest go on on a new server. A
+        cell that gives up is recorded as failed and the group moves on to its next cell."""
         arm = self.cfg.arm(group[0].arm)
         key = group[0].server_key
         remaining = list(group)
         rows: list[dict[str, Any]] = []
-        ctx: dict[str, Any] = {}
+        ctx: dict[str, Any] = {"started": 0}
 
-        def new_server(attempt: int) -> VllmServer:
-            ctx.update(tag=f"{attempt}-{secrets.token_hex(3)}", log=self.store.log_path(f"{key}.a{attempt}"),
-                       record_dir=self.store.cell_dir(key) / f"records-a{attempt}")
+        def new_server(_: int) -> VllmServer:
+            n = ctx["started"]  # this server key's n-th server: names its log and records uniquely
+            ctx["started"] += 1
+            ctx.update(tag=f"{n}-{secrets.token_hex(3)}", log=self.store.log_path(f"{key}.a{n}"),
+                       record_dir=self.store.cell_dir(key) / f"records-a{n}")
             spec = server_spec(self.cfg, arm, ctx["record_dir"], self.store.root)
             # A tag in every server process's environment: leak checks find them by it.
             spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{key}"
@@ -89,18 +95,22 @@ class Runner:
         def on_retry(attempt: int, exc: Exception) -> None:
             self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
 
-        try:
-            _, server, left = on_fresh_servers(new_server, work, self.cfg.run.retries, on_retry)
-        except GaveUp as g:
-            folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
-            for cell in remaining:
+        while remaining:
+            try:
+                _, server, left = on_fresh_servers(new_server, work, self.cfg.run.retries, on_retry,
+                                                   unit=lambda: remaining[0].cell_id if remaining else None)
+            except GaveUp as g:
+                folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
+                problem = routing.patch_problem(folded, arm)  # why the start failed, in the plugin's words
+                error = str(g) + (f"; {problem}" if problem else "")
                 tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
-                rows.append(self._record_failed(cell, ctx, str(g), tail, g.leftover_pids, folded))
-            if self.cfg.run.fail_fast:
-                raise UserError(f"cell {remaining[0].cell_id} failed (--fail-fast): {g.last}") from None
-            return rows
-        if left or port_in_use(server.port):
-            self.progress.note(f"warning: after teardown pids {left} / port {server.port} still in use")
+                cell = remaining.pop(0)
+                rows.append(self._record_failed(cell, ctx, error, tail, g.leftover_pids, folded))
+                if self.cfg.run.fail_fast:
+                    raise UserError(f"cell {cell.cell_id} failed (--fail-fast): {g.last}") from None
+                continue
+            if left or port_in_use(server.port):
+                self.progress.note(f"warning: after teardown pids {left} / port {server.port} still in use")
         return rows
 
     def _measure(self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient,

@@ -67,7 +67,10 @@ def api_server(run: Path) -> psutil.Process:
 
 
 def test_sigkill_mid_cell_retries_then_fails_and_the_run_goes_on(tmp_path):
+    # One server for the three depths (per-arm-pass): each cell still gets its own retry, and a
+    # cell that gives up does not take the cells after it down with it.
     cfg = write_config(tmp_path / "c.toml", workload={"depths": [128, 192, 256], "rounds": 3},
+                       server={"mode": "per-arm-pass"},
                        run={"order": "stock-first", "passes": 1, "retries": 1}, arms=[{"name": "stock"}])
     run = tmp_path / "k"
     proc, seen = start(cfg, tmp_path, "k"), []
@@ -176,7 +179,7 @@ def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, s
         assert cell["status"] == "ok"
         # The same result files as a run that was never interrupted (and nothing else, e.g. no .torn).
         assert {p.name for p in run.iterdir()} - {"vllm-cache"} == {
-            ".lock", "cells", "cells.jsonl", "logs", "manifest.json", "plan.json", "requests.jsonl",
+            ".lock", "cells", "cells.jsonl", "logs", "manifest.json", "model", "plan.json", "requests.jsonl",
             "summary.json", "summary.csv", "comparisons.csv", "report.md", "decode_vs_depth.png",
             "ratio_vs_depth.png"}
         assert not tagged_processes(run)

@@ -127,6 +127,8 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "2", E2E_ROUTING_MODE = "per-step" }}
 depths = [128]
 rounds = 1
 warmup_rounds = 0
+[run]
+passes = 1
 [[arms]]
 name = "widened"
 patches = ["widened-gfx11-gate"]

@@ -282,6 +282,7 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     assert len(json.loads((tmp_path / "h" / "history.json").read_text())["change_points"]) == 2
     with pytest.raises(UserError, match="no run folders"):
         history.find_runs(tmp_path / "h")
+    assert [p.name for p in history.find_runs(runs, "*-mid")] == ["m-mid"]  # --match GLOB
 
 
 def test_version_order_is_numeric_and_release_after_rc():

@@ -31,14 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.plugin import hooks
+from e2e.plugin import hooks, targets
 from e2e.plugin.contract import RECORD_SCHEMA
+from e2e.plugin.kernel_args import CountedKernel, custom_op_args
+from e2e.plugin.targets import ATTENTION, CUSTOM_OP, FORWARD, STEPS, TRITON_2D
 
 SCHEMA = RECORD_SCHEMA
-ATTN_MODULE = "vllm.model_executor.layers.attention.attention"
-OPS_MODULE = "vllm._custom_ops"
-DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
-RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 MAX_STEPS = 20000  # per-step mode keeps at most this many steps with attention calls
 NO_LAYER = "-"     # kernel called outside any hooked attention forward
 
@@ -99,6 +97,7 @@ class Recorder:
         self.steps_dropped = 0
         self.info: dict[str, Any] = {}                          # graph mode, ranks, block size, ...
         self.hooked: dict[str, str] = {}                        # what got hooked here, and how
+        self.missing: dict[str, str] = {}                       # target -> why it was not hooked
         self.extra: dict[str, Any] = {}                         # filled by the plugin (patches, ...)
         self._cache_config: Any = None
         self._seq = 0
@@ -229,6 +228,9 @@ class Recorder:
             **self.extra,
             "gate": patches.gate_state(),
             "hooked": dict(self.hooked), "pending_hooks": hooks.pending(),
+            "hook_status": targets.status(dict(self.hooked), dict(self.missing)),
+            "runner_modules": targets.model_runner_modules(),
+            "serves_model": self.role == "Worker" or bool(targets.model_runner_modules()),
             "model_steps": self.n_steps,
             "layers": {k: {**v, "layers": list(v["layers"])} for k, v in dict(self.layers).items()},
             "counts": [{"layer_class": k[0], "path": k[1], "kernel_args": k[2], "n": n}
@@ -284,15 +286,21 @@ class Recorder:
         patches.GATE.observer = self.gate_call
         patches.arm_gate()
         self.hooked["gate"] = "on import of " + patches.GATE_MODULE
-        hooks.when_imported(ATTN_MODULE, self._hook_attention)
-        hooks.when_imported(OPS_MODULE, self._hook_custom_op)
-        hooks.when_imported(DISPATCH_MODULE, self._hook_triton_2d)
-        hooks.when_imported(RUNNER_MODULE, self._hook_runner)
+        for target, hook in ((ATTENTION, self._hook_attention), (CUSTOM_OP, self._hook_custom_op),
+                             (TRITON_2D, self._hook_triton_2d), (STEPS, self._hook_runner)):
+            for name in target.modules:  # each place this target has lived; the first with it wins
+                hooks.when_imported(name, hook)
+
+    def _note_missing(self, target: str, why: str) -> None:
+        if target not in self.hooked:
+            prev = self.missing.get(target)
+            self.missing[target] = why if prev is None or why in prev else f"{prev}; {why}"
 
     def _hook_attention(self, mod: Any) -> None:
         cls = getattr(mod, "Attention", None)
-        if cls is None or getattr(cls.__init__, "_e2e", False):
-            self.hooked["attention"] = "missing: no Attention class" if cls is None else "already"
+        if cls is None:
+            return self._note_missing(ATTENTION.name, f"{mod.__name__} has no class Attention")
+        if getattr(cls.__init__, "_e2e", False):
             return
         orig_init = cls.__init__
         rec = self
@@ -307,7 +315,8 @@ class Recorder:
 
         __init__._e2e = True  # type: ignore[attr-defined]
         cls.__init__ = __init__
-        self.hooked["attention"] = f"{mod.__name__}.Attention.__init__"
+        self.hooked[ATTENTION.name] = f"{mod.__name__}.Attention.__init__"
+        self.missing.pop(ATTENTION.name, None)
 
     def _hook_impl_class(self, cls: type) -> None:
         fwd = cls.__dict__.get("forward")
@@ -317,7 +326,9 @@ class Recorder:
                     cls = base
                     fwd = base.__dict__["forward"]
                     break
-        if fwd is None or getattr(fwd, "_e2e", False):
+        if fwd is None:
+            return self._note_missing(FORWARD, f"{cls.__module__}.{cls.__name__} has no forward")
+        if getattr(fwd, "_e2e", False):
             return
         rec = self
         path = f"forward:{cls.__name__}"
@@ -342,36 +353,36 @@ class Recorder:
     def _hook_custom_op(self, mod: Any) -> None:
         fn = getattr(mod, "paged_attention_rocm", None)
         if fn is None:
-            self.hooked["rocm_custom_op"] = "missing in this vLLM"
-            return
+            return self._note_missing(CUSTOM_OP.name, f"{mod.__name__} has no paged_attention_rocm")
         if getattr(fn, "_e2e", False):
             return
         rec = self
 
         @functools.wraps(fn)
         def paged_attention_rocm(*args, **kwargs):
-            rec.count("rocm_custom_op", _custom_op_args(args, kwargs))
+            rec.count("rocm_custom_op", custom_op_args(args, kwargs))
             return fn(*args, **kwargs)
 
         paged_attention_rocm._e2e = True  # type: ignore[attr-defined]
         mod.paged_attention_rocm = paged_attention_rocm
-        self.hooked["rocm_custom_op"] = f"{mod.__name__}.paged_attention_rocm"
+        self.hooked[CUSTOM_OP.name] = f"{mod.__name__}.paged_attention_rocm"
 
     def _hook_triton_2d(self, mod: Any) -> None:
         kern = getattr(mod, "kernel_paged_attention_2d", None)
         if kern is None:
-            self.hooked["triton_paged_attention_2d"] = "missing in this vLLM"
+            return self._note_missing(TRITON_2D.name, f"{mod.__name__} has no kernel_paged_attention_2d")
+        if isinstance(kern, CountedKernel):
             return
-        if isinstance(kern, _CountedKernel):
-            return
-        mod.kernel_paged_attention_2d = _CountedKernel(kern, self, "triton_paged_attention_2d")
-        self.hooked["triton_paged_attention_2d"] = f"{mod.__name__}.kernel_paged_attention_2d"
+        mod.kernel_paged_attention_2d = CountedKernel(kern, self, "triton_paged_attention_2d")
+        self.hooked[TRITON_2D.name] = f"{mod.__name__}.kernel_paged_attention_2d"
 
     def _hook_runner(self, mod: Any) -> None:
         cls = getattr(mod, "GPUModelRunner", None)
         fn = getattr(cls, "execute_model", None) if cls is not None else None
-        if fn is None or getattr(fn, "_e2e", False):
-            self.hooked["steps"] = "missing: GPUModelRunner.execute_model" if fn is None else "already"
+        if fn is None:
+            what = "GPUModelRunner" if cls is None else "GPUModelRunner.execute_model"
+            return self._note_missing(STEPS.name, f"{mod.__name__} has no {what}")
+        if getattr(fn, "_e2e", False):
             return
         rec = self
 
@@ -384,7 +395,7 @@ class Recorder:
 
         execute_model._e2e = True  # type: ignore[attr-defined]
         cls.execute_model = execute_model
-        self.hooked["steps"] = f"{mod.__name__}.GPUModelRunner.execute_model"
+        self.hooked[STEPS.name] = f"{mod.__name__}.GPUModelRunner.execute_model"
 
 
 def _numel(t: Any) -> int:
@@ -400,51 +411,3 @@ def _backend_name(layer: Any) -> str | None:
         return b.get_name() if b is not None else None
     except Exception:
         return getattr(b, "__name__", None)
-
-
-def _custom_op_args(args: tuple, kwargs: dict) -> str:
-    # paged_attention_rocm(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
-    #                      num_kv_heads, scale, block_tables, seq_lens, query_start_loc, block_size, ...)
-    try:
-        q = args[4] if len(args) > 4 else kwargs.get("query")
-        kvh = args[7] if len(args) > 7 else kwargs.get("num_kv_heads")
-        bs = kwargs.get("block_size", args[12] if len(args) > 12 else None)
-        kvd = kwargs.get("kv_cache_dtype", args[14] if len(args) > 14 else None)
-        return f"h{q.shape[2]} q{q.shape[1]}/kv{kvh} bs{bs} {_dtype(q.dtype)} kv:{kvd}"
-    except Exception:
-        return "?"
-
-
-class _CountedKernel:
-    """Stands in for a Triton JITFunction: `kernel[grid](...)` counts, then launches the real one."""
-
-    def __init__(self, kernel: Any, rec: Recorder, path: str) -> None:
-        self._kernel = kernel
-        self._rec = rec
-        self._path = path
-
-    def __getitem__(self, grid: Any):
-        launch = self._kernel[grid]
-        rec, path = self._rec, self._path
-
-        def counted(*args, **kwargs):
-            rec.count(path, _triton_args(kwargs))
-            return launch(*args, **kwargs)
-
-        return counted
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._kernel, item)
-
-
-def _triton_args(kw: dict) -> str:
-    try:
-        q = kw["query_ptr"]
-        kv = kw.get("key_cache_ptr")
-        sw = kw.get("SLIDING_WINDOW") or "-"
-        return (f"h{kw.get('HEAD_SIZE')} q{kw.get('num_query_heads')}/kv"
-                f"{kw.get('num_query_heads', 0) // max(1, kw.get('num_queries_per_kv', 1))} "
-                f"bs{kw.get('PHYSICAL_BLOCK_SIZE', kw.get('BLOCK_SIZE'))} sw{sw} {_dtype(q.dtype)} "
-                f"kv:{_dtype(getattr(kv, 'dtype', None))}")
-    except Exception:
-        return "?"
