@@ -7,9 +7,12 @@ numbers. The reference arm is the config's first arm; every other arm is compare
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
 
 from e2e import bandwidth, roofline, stats, verdicts
 from e2e.errors import UserError
@@ -99,6 +102,7 @@ class RunAnalysis:
         self.comparisons = self._comparisons()
         self.agreement = self._agreement()
         self.roofline = self._roofline()
+        self.slots = self._slots()
 
     # -- tables -----------------------------------------------------------------------------
     def cell_table(self) -> list[dict[str, Any]]:
@@ -264,6 +268,78 @@ class RunAnalysis:
                                   if (a, int(d), p) in self.cells and self.cells[(a, int(d), p)].estimate is not None]
                               for a in self.arms} if floor else {}
         return rf
+
+
+    # -- where the cells ran (executors, slots) ----------------------------------------------------
+    def _slots(self) -> dict[str, Any]:
+        """Per slot (rows without one ran on the local executor): cells, arms, and the slot effect:
+        the F test of slot in log(estimate) ~ arm-and-depth + slot. Warns about a slot effect and
+        about arms that ran unevenly over the slots (then the slot effect can lean on a ratio)."""
+        ok = [c for c in self.cell_rows.values() if c.get("status") == "ok"]
+        rows = []
+        for c in ok:
+            cs = self.cells.get((c["arm"], c["depth"], c["pass"]))
+            if cs is not None and cs.estimate and cs.estimate > 0:
+                rows.append((c.get("slot") or "local", f"{c['arm']}@{c['depth']}", cs.estimate))
+        eff = slot_effect(rows)
+        hosts = {c.get("slot") or "local": c.get("slot_host") or "this host" for c in self.cell_rows.values()}
+        counts: dict[str, dict[str, int]] = {}
+        for slot, unit, _ in rows:
+            counts.setdefault(unit, {s: 0 for s in eff["per_slot"]})[slot] += 1
+        uneven = {u: c for u, c in counts.items() if len(eff["per_slot"]) > 1 and len(set(c.values())) > 1}
+        if uneven:
+            u, c = next(iter(uneven.items()))
+            self.warnings.append(f"arms not balanced over the slots as run ({len(uneven)} arm-depth(s)): {u} ran "
+                                 f"{'/'.join(str(v) for v in c.values())} times on {'/'.join(c)}: a slot effect "
+                                 "can lean on the ratios")
+        if eff["p_value"] is not None and eff["p_value"] < self.alpha:
+            worst = max(eff["per_slot"].items(), key=lambda kv: abs(kv[1]["mean_dev_pct"] or 0))
+            self.warnings.append(f"slot effect: cells on {worst[0]} ran {worst[1]['mean_dev_pct']:+.1f} % from "
+                                 f"their arm and depth's mean (F test over slots, p = {eff['p_value']:.3g}); "
+                                 "balanced arms keep it out of the ratios, not out of their intervals")
+        for slot, info in eff["per_slot"].items():
+            info["host"] = hosts.get(slot)
+            info["arms"] = dict(sorted(Counter(u.split("@")[0] for sl, u, _ in rows if sl == slot).items()))
+        return {**eff, "balanced_as_run": not uneven, "counts": counts}
+
+    def concurrency(self) -> dict[str, Any]:
+        """Which executors ran the cells and the most cells that ran at once (manifest and rows)."""
+        entries = self.manifest.get("executors") or [{"kind": "local", "max_at_once": 1}]
+        at_once = [int(c["at_once"]) for c in self.cell_rows.values() if c.get("at_once")]
+        caps = [e.get("max_per_host") for e in entries if e.get("kind") == "ray"]
+        return {"executors": [e.get("kind") for e in entries],
+                "ray_address": next((e.get("address") for e in entries if e.get("kind") == "ray"), None),
+                "n_slots": max((len(e.get("slots") or []) for e in entries), default=0),
+                "hosts": len({s.get("host") for e in entries for s in e.get("slots") or []}),
+                "max_per_host_cap": max((c for c in caps if c), default=1),
+                "max_at_once": max([1] + [int(e.get("max_at_once") or 1) for e in entries]),
+                "max_at_once_per_host": max([1] + at_once)}
+
+
+def slot_effect(rows: list[tuple[str, str, float]]) -> dict[str, Any]:
+    """rows: (slot, unit, estimate ms), a unit being an arm at a depth. The slot effect as the F test
+    of the slot terms in the additive model log(estimate) ~ unit + slot (least squares, so an uneven
+    design is tested right too); per slot, its cells' mean deviation from their unit's mean (%)."""
+    slots = sorted({r[0] for r in rows})
+    units = sorted({r[1] for r in rows})
+    y = np.log([r[2] for r in rows]) if rows else np.zeros(0)
+    mean = {u: float(np.mean([v for (s, uu, _), v in zip(rows, y) if uu == u])) for u in units}
+    per = {s: {"n_cells": sum(1 for r in rows if r[0] == s),
+               "mean_dev_pct": float(100 * np.mean([v - mean[u] for (sl, u, _), v in zip(rows, y) if sl == s]))}
+           for s in slots}
+    p = None
+    if len(slots) > 1:
+        base = np.array([[1.0 if r[1] == u else 0.0 for u in units] for r in rows])
+        full = np.hstack([base, np.array([[1.0 if r[0] == s else 0.0 for s in slots[1:]] for r in rows])])
+        rss = []
+        for X in (base, full):
+            beta = np.linalg.lstsq(X, y, rcond=None)[0]
+            rss.append((float(np.sum((y - X @ beta) ** 2)), len(y) - np.linalg.matrix_rank(X)))
+        (rss_r, df_r), (rss_f, df_f) = rss
+        if df_f > 0 and df_r > df_f and rss_f > 0:
+            fstat = ((rss_r - rss_f) / (df_r - df_f)) / (rss_f / df_f)
+            p = float(scipy_stats.f.sf(fstat, df_r - df_f, df_f))
+    return {"per_slot": per, "p_value": p, "test": "F test of slot in log(estimate) ~ arm x depth + slot"}
 
 
 def _first_per_cell(rows: list[dict[str, Any]], warnings: list[str]) -> dict[str, dict[str, Any]]:

@@ -118,6 +118,7 @@ class Run(Command):
         p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
         p.add_argument("--limit", type=int, help="gsm8k: only the first N questions")
         p.add_argument("--gsm8k-aa", metavar="ARM", help="gsm8k: also run ARM on a second fresh server (A/A)")
+        add_executor_flags(p)
 
     @staticmethod
     def overrides(a: argparse.Namespace) -> dict[str, Any]:
@@ -141,7 +142,7 @@ class Run(Command):
         from e2e.progress import make_console
 
         opts = session.Options(progress=not a.no_progress, gsm8k=not a.no_gsm8k, gsm8k_limit=a.limit,
-                               gsm8k_aa=a.gsm8k_aa)
+                               gsm8k_aa=a.gsm8k_aa, executor=executor_options(a))
         if a.resume:
             given = [flag for dest, flag in RESUME_REFUSES.items()
                      if getattr(a, dest, None) is not None and getattr(a, dest) is not False]
@@ -156,6 +157,32 @@ class Run(Command):
         if a.dry_run:
             return _print_plan(cfg, cells, a.json)
         return session.start(cfg, cells, run_folder(cfg, None, a.run_id), make_console(stderr=True), opts)
+
+
+def add_executor_flags(p: argparse.ArgumentParser) -> None:
+    """Where the cells run. Not part of a run's config: --resume may pick another executor."""
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: one server at a time on this host (default); ray: server groups as Ray "
+                        "tasks on a cluster's GPUs or nodes (pip install 'vllm-e2e-bench[ray]')")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="a running Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one")
+    p.add_argument("--max-per-host", type=int, metavar="N",
+                   help="ray: at most N cells at once per host (default 1: side by side they share CPUs, "
+                        "PCIe and host memory)")
+    p.add_argument("--max-slots", type=int, metavar="N", help="ray: use at most N slots (GPU sets or nodes)")
+    p.add_argument("--slot-balance", choices=("warn", "strict"),
+                   help="ray: when the arms cannot be spread evenly over the slots, warn (default) or refuse")
+    p.add_argument("--cpus-per-cell", type=float, metavar="N",
+                   help="ray: CPUs a cell asks of Ray (default: its node's CPUs / the node's slots)")
+
+
+def executor_options(a: argparse.Namespace) -> Any:
+    from e2e.executors import ExecutorOptions
+
+    return ExecutorOptions(kind=a.executor, ray_address=a.ray_address,
+                           max_per_host=a.max_per_host if a.max_per_host is not None else 1,
+                           max_slots=a.max_slots, balance=a.slot_balance or "warn",
+                           cpus_per_cell=a.cpus_per_cell)
 
 
 def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:

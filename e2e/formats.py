@@ -79,6 +79,11 @@ class CellRow(_Row):
     log_tail: str | None = None
     routing: dict[str, Any] | None = None
     finished: str | None = None
+    # Where it ran, with --executor ray (absent from the local executor's rows: one host, one at a time).
+    slot: str | None = None                        # e.g. "n0.g2-3": node 0, GPUs 2 and 3 (e2e/executors/slots.py)
+    slot_host: str | None = None                   # the slot's node address
+    executor: str | None = None                    # "ray"
+    at_once: int | None = Field(default=None, ge=1)  # most cells running at once on that host meanwhile
 
 
 class PlanEntry(BaseModel):

@@ -44,6 +44,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
         ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
                           "see Verdicts"],
         ["replication", _replication(f.get("replication"), len(f["passes"]))],
+        ["executor", executor_line(a.concurrency())],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
         ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
 
@@ -68,6 +69,7 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
     else:
         md += ["One pass only: no agreement to report.", ""]
 
+    md += slots_section(a.slots, a.concurrency(), a.alpha)
     md += floor_section(s["roofline"], a.tp)
     md += starts_section(a, s)
     md += ["## Routing (recorded inside the vLLM processes)", ""]
@@ -102,6 +104,35 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
     md += [f"- {w}" for w in s["warnings"]] or ["None."]
     md.append("")
     return "\n".join(md)
+
+
+def executor_line(c: dict[str, Any]) -> str:
+    """How the cells ran: which executor(s), on how many slots, how many at once."""
+    kinds = " then ".join(dict.fromkeys(c["executors"]))
+    if "ray" not in c["executors"]:
+        return f"{kinds}: one cell at a time on this host"
+    return (f"{kinds} (Ray: {c['ray_address']}): {c['n_slots']} slot(s) on {c['hosts']} host(s); at most "
+            f"**{c['max_at_once_per_host']} cell(s) at once per host** (cap {c['max_per_host_cap']}), "
+            f"{c['max_at_once']} at once in all")
+
+
+def slots_section(sl: dict[str, Any], c: dict[str, Any], alpha: float = 0.05) -> list[str]:
+    """Only for runs where some cells ran on Ray slots: cells per slot and the slot effect."""
+    per = sl.get("per_slot") or {}
+    if "ray" not in c["executors"] or not per:
+        return []
+    p = sl.get("p_value")
+    md = ["## Slots (where the cells ran: a blocking factor)", "",
+          f"{executor_line(c)}. Arms over the slots as run: "
+          + ("**balanced**" if sl.get("balanced_as_run") else "**not balanced** (see Warnings)")
+          + f". Slot effect ({sl['test']}): "
+          + (f"p = {p:.3g}" + (" **(slots differ)**" if p < alpha else "") if p is not None
+             else "not testable (one slot, or too few cells)") + ".", "",
+          tables.markdown(["slot", "host", "cells", "arms", "mean deviation from the arm and depth mean %"],
+                          [[name, str(v.get("host")), str(v["n_cells"]),
+                            ", ".join(f"{k} {n}" for k, n in (v.get("arms") or {}).items()),
+                            num(v.get("mean_dev_pct"), "{:+.2f}")] for name, v in per.items()]), ""]
+    return md
 
 
 def _over(per_arm: dict[str, list[float]]) -> str:

@@ -10,20 +10,20 @@ them; `compare` turns them into a regression status.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from e2e import manifest as mf
 from e2e import verdicts
 from e2e.config import Config, config_from_manifest
+from e2e.executors import ExecutorOptions, LocalExecutor, create as create_executor
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
 from e2e.launch import build_manifest, check_launchable
 from e2e.plan import Cell, next_pass
 from e2e.progress import Progress, cells_table
-from e2e.runner import Runner, make_sampler
-from e2e.stats import target_ci_stop_rule
+from e2e.runner import make_sampler
 from e2e.store import RunStore
 
 
@@ -34,18 +34,27 @@ class Options:
     gsm8k: bool = True                 # run the sign-off when the config enables it
     gsm8k_limit: int | None = None
     gsm8k_aa: str | None = None
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)  # where the cells run
 
 
 def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Options) -> int:
     """A new run folder at root (refused if it exists and is not empty), then execute()."""
     sampler = make_sampler(cfg)  # bad input before a run folder exists
     check_launchable(cfg)
-    store = RunStore.create(root)
-    with store:
-        store.write_manifest(build_manifest(cfg, root.name, cells))
-        store.write_plan([c.to_dict() for c in cells])
-        store.save_model_config(cfg.model.path)
-        return execute(cfg, store, cells, console, opts, sampler)
+    if root.exists() and any(root.iterdir()):
+        RunStore.create(root)  # its one-line refusal, before a cluster is started for nothing
+    ex = create_executor(opts.executor)
+    try:
+        ex.prepare(cfg, cells)  # a cluster that cannot give one answer per arm: refused here
+        store = RunStore.create(root)
+        with store:
+            m = build_manifest(cfg, root.name, cells)
+            store.write_manifest({**m, "executors": [ex.describe()]})
+            store.write_plan([c.to_dict() for c in cells])
+            store.save_model_config(cfg.model.path)
+            return execute(cfg, store, cells, console, opts, sampler, ex)
+    finally:
+        ex.close()
 
 
 def resume(run_dir: Path, console: Any, opts: Options) -> int:
@@ -59,36 +68,61 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
                       server_key=c["server_key"]) for c in store.plan()]
         sampler = make_sampler(cfg)
         check_launchable(cfg)
-        resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
-        # The code that runs the rest: its own commit, not the one that started the run.
-        m["resumes"] = resumes + [{"started": now(), "git": mf.git_commit(mf.project_root()),
-                                   "status_before": m.get("status")}]
-        m["status"] = "running"
-        store.write_manifest(m)
-        return execute(cfg, store, cells, console, opts, sampler)
+        ex = create_executor(opts.executor)
+        try:
+            # Resume works across executors; an arm's vLLM must stay the one its rows came from.
+            ex.prepare(cfg, cells, m)
+            resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
+            # The code that runs the rest: its own commit, not the one that started the run.
+            m["resumes"] = resumes + [{"started": now(), "git": mf.git_commit(mf.project_root()),
+                                       "status_before": m.get("status")}]
+            # A run from before the executors list ran locally.
+            m["executors"] = (m.get("executors") or [{"kind": "local"}]) + [ex.describe()]
+            m["status"] = "running"
+            store.write_manifest(m)
+            return execute(cfg, store, cells, console, opts, sampler, ex)
+        finally:
+            ex.close()
 
 
 def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
-            sampler: Any) -> int:
+            sampler: Any, executor: Any = None) -> int:
+    ex = executor or LocalExecutor()
     try:
-        return _execute(cfg, store, cells, console, opts, sampler)
+        return _execute(cfg, store, cells, console, opts, sampler, ex)
     except Exception as exc:  # never leave the manifest saying "running" (cli.main reports it)
         _mark_stopped(store, exc)
         raise
+    finally:
+        _record_observed(store, ex)
+
+
+def _record_observed(store: RunStore, ex: Any) -> None:
+    """What the executor saw (cells at once, the slots' final balance) into its manifest entry."""
+    seen = ex.observed()
+    if not seen:
+        return
+    try:
+        m = store.manifest()
+        entries = m.get("executors") or []
+        if entries:
+            entries[-1].update(seen)
+            store.write_manifest(m)
+    except Exception:
+        pass  # best effort, like _mark_stopped: a folder that cannot be written keeps its manifest
 
 
 def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
-             sampler: Any) -> int:
+             sampler: Any, ex: Any) -> int:
     from e2e.report import write_report
 
     console.print(f"run folder: {store.root}")
     t0 = time.monotonic()
     try:
         with sigterm_as_interrupt():  # also between the passes of adaptive replication
-            Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
-                   stop_rule_factory=target_ci_stop_rule).run()
+            ex.run(cfg, store, cells, Progress(console, enabled=opts.progress), sampler)
             if cfg.run.target_ci_pct is not None:
-                _replicate(cfg, store, cells, console, opts, sampler, t0)
+                _replicate(cfg, store, cells, console, opts, sampler, t0, ex)
     except INTERRUPTS:
         store.update_manifest(status="interrupted", ended=now())
         console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
@@ -120,7 +154,7 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
 
 
 def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
-               sampler: Any, t0: float) -> None:
+               sampler: Any, t0: float, ex: Any) -> None:
     """Adaptive replication: one more pass (one more server per arm, the arm order alternating)
     until every pooled arm-ratio interval is within +-run.target_ci_pct %, or run.max_passes or
     run.max_minutes is reached. The stopping rule is on the comparison (verdicts.replication_stop's
@@ -154,8 +188,7 @@ def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, op
                       f"> {r.target_ci_pct:g} %: pass {passes + 1} ({len(more)} cells)")
         cells += more
         store.write_plan([c.to_dict() for c in cells])
-        Runner(cfg, store, cells, Progress(console, enabled=opts.progress), sampler,
-               stop_rule_factory=target_ci_stop_rule).run()
+        ex.run(cfg, store, cells, Progress(console, enabled=opts.progress), sampler)
 
 
 def _mark_stopped(store: RunStore, exc: Exception) -> None:
