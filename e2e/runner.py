@@ -7,7 +7,6 @@ repeated, the rest run from scratch on a fresh server.
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 from typing import Any, Callable
 
 from e2e import routing, startup_phases
@@ -19,7 +18,7 @@ from e2e.formats import cell_row, now, request_row
 from e2e.interrupts import sigterm_as_interrupt
 from e2e.launch import server_spec, session_api_key
 from e2e.measure import CellClient, TokenSampler, measure_cell
-from e2e.plan import Cell
+from e2e.plan import Cell, server_groups
 from e2e.progress import Progress
 from e2e.redact import scrub
 from e2e.server import ServerGone, VllmServer, port_in_use
@@ -50,7 +49,7 @@ class Runner:
         written: list[dict[str, Any]] = []
         try:
             with sigterm_as_interrupt():
-                for group in _groups(todo):
+                for group in server_groups(todo):
                     written += self._run_group(group)
         finally:
             self.progress.stop()
@@ -154,12 +153,3 @@ class Runner:
         self.progress.cell_done(cell, row)
         return row
 
-
-def _groups(cells: list[Cell]) -> list[list[Cell]]:
-    out: list[list[Cell]] = []
-    for c in cells:
-        if out and out[-1][0].server_key == c.server_key:
-            out[-1].append(c)
-        else:
-            out.append([c])
-    return out

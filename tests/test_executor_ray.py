@@ -15,9 +15,9 @@ import pytest
 
 from e2e.executors.node_side import scratch_root
 from e2e.store import counted_requests, read_jsonl
-from tests.procs import tagged_processes
+from tests.procs import tagged_processes, wait_for_line
 from tests.test_executor_support import (cluster, harness, manifest, ray_cluster, standin,  # noqa: F401
-                                         standin_cfg, wait_for_line)
+                                         standin_cfg)
 
 pytest.importorskip("ray")
 

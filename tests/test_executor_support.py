@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -97,18 +96,6 @@ def harness(*args: str, **kw) -> subprocess.Popen:
                              "sys.argv = ['run_e2e.py', *sys.argv[1:]]; from e2e.cli import main; "
                              "sys.exit(main())", *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
-
-
-def wait_for_line(proc: subprocess.Popen, needle: str, seen: list[str], timeout: float = 300) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"harness ended before {needle!r}:\n{''.join(seen)}")
-        seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"no {needle!r} within {timeout} s:\n{''.join(seen)}")
 
 
 def cluster(versions: tuple[str, ...] = ("1.0", "1.0")):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from e2e.cli import main
-from tests.procs import tagged_processes
+from tests.procs import tagged_processes, wait_for_line
 from e2e.server import port_in_use
 from e2e.store import counted_requests, read_jsonl
 from tests.conftest import write_config
@@ -34,18 +34,6 @@ def start(cfg: Path, out: Path, run_id: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "run_e2e.py", "--config", str(cfg), "--out", str(out),
                              "--run-id", run_id, "--no-progress", "--no-gsm8k", *extra],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for_line(proc: subprocess.Popen, needle: str, seen: list[str], timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"harness ended before {needle!r}:\n{''.join(seen)}")
-        seen.append(line)
-        if needle in line:
-            return
-    raise AssertionError(f"no {needle!r} within {timeout} s")
 
 
 def wait_for_rows(run: Path, cell_id: str, timeout: float = 300) -> None:
