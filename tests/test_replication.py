@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from e2e import session
+from e2e import runner, session
 from e2e.config import parse_config
 from e2e.formats import cell_row, request_row
 from e2e.plan import make_plan
@@ -45,7 +45,7 @@ def run(tmp_path, monkeypatch, spread, target=2.0, max_passes=6):
                         "run": {"order": "both", "passes": 2, "target_ci_pct": target, "max_passes": max_passes},
                         "gsm8k": {"enabled": False}, "stats": {"measure_bandwidth": False},
                         "arms": [{"name": "a"}, {"name": "b"}]})
-    monkeypatch.setattr(session, "Runner", fake_runner(spread))
+    monkeypatch.setattr(runner, "Runner", fake_runner(spread))  # what the local executor runs
     cells = make_plan(cfg)
     store = RunStore.create(tmp_path / "r")
     with store:
