@@ -4,8 +4,12 @@
 arguments in every vLLM process. It wraps vLLM's CPU worker step,
 `vllm.v1.worker.cpu_model_runner.CPUModelRunner.execute_model` (inherited from GPUModelRunner in
 vLLM 0.32; wrapped on the CPU class only), so that every call sleeps E2E_TEST_DELAY_MS milliseconds
-first. Only the worker calls it, once per decode step plus a constant number of calls per request,
-which the long-minus-short differencing cancels: the expected effect is +delay ms per token.
+first when the call runs tokens. Only the worker calls it, once per decode step plus a constant
+number of calls per request, which the long-minus-short differencing cancels: the expected effect is
++delay ms per token. Calls that run no token are not delayed: vLLM 0.32's engine core keeps a batch
+queue and calls execute_model with an empty schedule when every request is already scheduled
+(v1/engine/core.py, step_with_batch_queue); sleeping in those too made the validation see +38 to
++45 ms per token for a 30 ms delay (three runs of 2026-12-01).
 Unset or 0: no delay (the patch still installs, so the arm proves the plugin path).
 """
 from __future__ import annotations
@@ -32,7 +36,8 @@ def install() -> None:
 
     @functools.wraps(original)
     def execute_model(self, *args, **kwargs):
-        if delay_s > 0:
+        sched = args[0] if args else kwargs.get("scheduler_output")
+        if delay_s > 0 and getattr(sched, "total_num_scheduled_tokens", 1) > 0:
             time.sleep(delay_s)
         return original(self, *args, **kwargs)
 
