@@ -25,7 +25,10 @@ tolerance is about 1.2 standard errors: an unbiased instrument would miss it a q
 Three runs of 2026-12-01 with the patch then sleeping in every execute_model call gave +37.8, +39.9
 and about +45 ms (the third stopped after 5 cells), all "slower": vLLM 0.32's batch queue also calls
 execute_model with an empty schedule, which slept too, so the true injected cost was above 30 ms.
-The patch now sleeps only in calls that run tokens. VALIDATION_DOC
+The patch now sleeps only in calls that run tokens. With it, 2026-12-01 (20.5 min): A/A 1.004 (0.877
+to 1.150) inconclusive, MDE 24.3 %; slow 1.399 (1.118 to 1.751), +40.3 ms, Holm p 0.021, slower, the
+interval covering 30 ms: both pass. One slow server at 172 ms (the others 122 to 139) carries most
+of the excess over 30 ms; whether some of it is real (the sleep's cost on 2 cores) is not settled.
 The coverage check fails for a correct instrument 5 % of the time (the 95 % level); the A/A check
 fails it about 5 % of the time too, so a single red run says "run it again", two say "look".
 """
