@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The reference experiment on one H200 (configs/h200-reference-tp1.toml) in one lease. Prepare here:
+# The reference experiment on one H200 (configs/h200-reference-tp1.toml; CONFIG=configs/other.toml
+# runs another one-GPU config the same way, into results/<its name>) in one lease. Prepare here:
 #   mkdir -p .gpu/c{0,1,2,3}; for i in 0 1 2 3; do cp -r ../shared/device/p$i .gpu/c$i/; done
 #   cp -r assets/tokenizers .gpu/c3/     # `assets gemma3-270m` + `twin --pack-tokenizer` (3.5 MB)
 #   echo /.gpu/ >> .git/info/exclude
@@ -13,8 +14,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-RUN=results/h200-reference-tp1
-CONFIG=configs/h200-reference-tp1.toml
+CONFIG=${CONFIG:-configs/h200-reference-tp1.toml}
+RUN=results/$(basename "$CONFIG" .toml)
 env_on() { source /tmp/gpu-stage/gpu-env.sh; }
 
 pack() {
@@ -25,7 +26,7 @@ pack() {
   return 0
 }
 
-case "${1:?usage: reference_tp1.sh stage N | poll SECONDS}" in
+case "${1:?usage: reference_tp1.sh stage N | poll SECONDS | stop | importtime}" in
   stage)
     N=${2:?stage N}
     bash ".gpu/c$N/p$N/gpu-install.sh" ".gpu/c$N" || exit 1
@@ -51,6 +52,15 @@ case "${1:?usage: reference_tp1.sh stage N | poll SECONDS}" in
     pack
     grep -E "^p[0-9]+-d[0-9]+-|interrupted|report:|error" /tmp/run.log | tail -20
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader ;;
+  importtime)
+    # Where the ~24 s before vLLM's first log line goes: Python's own import profile of the two
+    # modules a server process starts with (API server: the CLI; engine core: its spawn target).
+    env_on
+    for m in vllm.entrypoints.cli.main vllm.v1.engine.core; do
+      T0=$EPOCHREALTIME; python3 -X importtime -c "import $m" 2> "/tmp/importtime-$m.txt"
+      awk -v a="$T0" -v b="$EPOCHREALTIME" -v m="$m" 'BEGIN{printf "%s: %.1f s\n", m, b-a}'; sort -t'|' -k2 -n -r "/tmp/importtime-$m.txt" | head -12
+      [ -n "${OUT:-}" ] && cp "/tmp/importtime-$m.txt" "$OUT/"
+    done ;;
   stop)
     pkill -INT -f "run_e2e.py --config $CONFIG"; sleep 40; pack; tail -5 /tmp/run.log ;;
 esac
