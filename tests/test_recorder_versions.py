@@ -55,7 +55,7 @@ from e2e.plugin import register, current_recorder
 register()
 import importlib
 attn_mod = importlib.import_module(sys.argv[1])
-runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+runner = importlib.import_module(sys.argv[2])
 class Cache:
     shape = (2, 16, 3, 64)
     def numel(self): return 1
@@ -71,11 +71,16 @@ current_recorder().write(final=True)
 """
 
 
-def _fake_vllm(root: Path, version: str, attention_at: str, attention_src: str, runner_src: str) -> Path:
+V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
+V2_RUNNER = "vllm.v1.worker.gpu.model_runner"  # vLLM 0.26 on a GPU ("Using V2 Model Runner")
+
+
+def _fake_vllm(root: Path, version: str, attention_at: str, attention_src: str, runner_src: str,
+               runner_at: str = V1_RUNNER) -> Path:
     files = {"vllm/__init__.py": f"__version__ = {version!r}\n", "vllm/config.py": FAKE_CONFIG,
              "vllm/distributed/__init__.py": "", "vllm/distributed/parallel_state.py": FAKE_PARALLEL,
              "vllm/v1/__init__.py": "", "vllm/v1/worker/__init__.py": "",
-             "vllm/v1/worker/gpu_model_runner.py": runner_src,
+             runner_at.replace(".", "/") + ".py": runner_src,
              attention_at.replace(".", "/") + ".py": attention_src}
     for rel, text in files.items():
         p = root / rel
@@ -88,14 +93,14 @@ def _fake_vllm(root: Path, version: str, attention_at: str, attention_src: str, 
 
 
 def _serve(tmp_path: Path, version: str, attention_at: str, attention_src: str, runner_src: str,
-           arm: ArmCfg = ArmCfg(name="stock")) -> dict:
-    fake = _fake_vllm(tmp_path / "fake", version, attention_at, attention_src, runner_src)
+           arm: ArmCfg = ArmCfg(name="stock"), runner_at: str = V1_RUNNER) -> dict:
+    fake = _fake_vllm(tmp_path / "fake", version, attention_at, attention_src, runner_src, runner_at)
     records = tmp_path / "records"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
            pc.ENV_ARM: arm.name, pc.ENV_PATCHES: ",".join(arm.patches), pc.ENV_RECORD_DIR: str(records),
            pc.ENV_FLUSH_S: "30"}
-    r = subprocess.run([sys.executable, "-c", WORKER, attention_at], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-c", WORKER, attention_at, runner_at], env=env, capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     return routing.fold_records(records, arm, wait_s=0)
 
@@ -114,6 +119,16 @@ def test_a_layout_the_recorder_knows_gives_layer_classes_and_no_warning(tmp_path
     worker = folded["processes"][0]
     assert worker["serves_model"] and worker["hook_status"]["attention"]["where"] == f"{OLD_LAYOUT}.Attention.__init__"
     assert worker["hook_status"]["steps"]["state"] == "found"
+
+
+def test_the_v2_model_runner_of_vllm_026_on_a_gpu_is_hooked(tmp_path):
+    # The H200 runs of 2026-12-01 warned "hook 'steps' ... not found" on every cell: vLLM 0.26's GPU
+    # worker imports only vllm.v1.worker.gpu.model_runner, which the steps target did not list.
+    folded = _serve(tmp_path, "0.26.0", NEW_LAYOUT, FAKE_ATTENTION, RUNNER_OK, runner_at=V2_RUNNER)
+    assert folded["warnings"] == []
+    worker = folded["processes"][0]
+    assert worker["hook_status"]["steps"] == {"state": "found", "where": f"{V2_RUNNER}.GPUModelRunner.execute_model"}
+    assert worker["model_steps"] == 4 and worker["serves_model"]
 
 
 def test_hooks_that_do_not_match_the_version_are_named_not_an_empty_table(tmp_path):
@@ -177,7 +192,7 @@ def test_a_patch_target_missing_on_the_version_fails_register_with_the_version(t
     fake = _fake_vllm(tmp_path / "fake", "9.9.2", NEW_LAYOUT, FAKE_ATTENTION, RUNNER_OK)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
            pc.ENV_ARM: "x", pc.ENV_PATCHES: patch, pc.ENV_RECORD_DIR: str(tmp_path / "r")}
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKER), NEW_LAYOUT], env=env,
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKER), NEW_LAYOUT, V1_RUNNER], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("e2e plugin:"))

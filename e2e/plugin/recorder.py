@@ -395,7 +395,9 @@ class Recorder:
 
         execute_model._e2e = True  # type: ignore[attr-defined]
         cls.execute_model = execute_model
-        self.hooked[STEPS.name] = f"{mod.__name__}.GPUModelRunner.execute_model"
+        where = f"{mod.__name__}.GPUModelRunner.execute_model"
+        prev = self.hooked.get(STEPS.name)  # both runner layouts imported: name both
+        self.hooked[STEPS.name] = f"{prev}, {where}" if prev else where
 
 
 def _numel(t: Any) -> int:

