@@ -24,6 +24,7 @@ import atexit
 import functools
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import sys
 import threading
@@ -83,6 +84,18 @@ class Recorder:
         self.mode = mode
         self.per_step = mode == "per-step"
         self.flush_s = flush_s
+        self.hooked: dict[str, str] = {}                        # what got hooked here, and how
+        self.missing: dict[str, str] = {}                       # target -> why it was not hooked
+        self.extra: dict[str, Any] = {}                         # filled by the plugin (patches, ...)
+        self._flushing = False
+        self._new_process()
+        # With VLLM_WORKER_MULTIPROC_METHOD=fork vLLM forks its engine core (and workers) from this
+        # process: the child inherits this object, its hooks and patches, but is another process
+        # with its own counts, record file and flush thread (threads do not survive a fork).
+        multiprocessing.util.register_after_fork(self, Recorder._after_fork)
+
+    def _new_process(self) -> None:
+        """This process's identity and counts, empty (at start, and in a forked child)."""
         self.role, self.rank = process_role()
         self.pid = os.getpid()
         self.started = time.time()
@@ -96,13 +109,26 @@ class Recorder:
         self.n_steps = 0
         self.steps_dropped = 0
         self.info: dict[str, Any] = {}                          # graph mode, ranks, block size, ...
-        self.hooked: dict[str, str] = {}                        # what got hooked here, and how
-        self.missing: dict[str, str] = {}                       # target -> why it was not hooked
-        self.extra: dict[str, Any] = {}                         # filled by the plugin (patches, ...)
         self._cache_config: Any = None
         self._seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+
+    def _after_fork(self) -> None:
+        """Run by multiprocessing in a child it forked, once the child has its Process name (so the
+        role is right) and before its target runs. Hooks, patches and `extra` carry over: they are
+        the same modules. The final write goes through multiprocessing's finalizers, since a forked
+        child leaves by os._exit and never runs atexit."""
+        self._new_process()
+        self.extra["forked_from"] = os.getppid()
+        if self._flushing:
+            self._flushing = False
+            self.start_flushing()
+            multiprocessing.util.Finalize(None, self._at_exit, exitpriority=100)
+        try:
+            self.write()
+        except Exception as exc:  # never take vLLM down for a record
+            self.info["flush_error"] = repr(exc)
 
     # -- counting (hot path: keep to dict operations) -------------------------------------------
     def count(self, path: str, args: str = "") -> None:
@@ -262,6 +288,8 @@ class Recorder:
             return path
 
     def start_flushing(self) -> None:
+        self._flushing = True
+
         def loop() -> None:
             while not self._stop.wait(self.flush_s):
                 try:
