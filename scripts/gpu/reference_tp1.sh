@@ -23,6 +23,10 @@ pack() {
   [ -d "$RUN" ] && tar czf "$OUT/run.tgz" --exclude=vllm-cache "$RUN" 2>/dev/null
   cp /tmp/run.log "$OUT/run.log" 2>/dev/null
   cp /tmp/twin.log "$OUT/twin.log" 2>/dev/null
+  # Where each start's caches went (torch.compile, inductor, Triton), without the caches themselves:
+  # a warm start that compiles Triton kernels again shows here as a second Triton folder.
+  { du -sh "$RUN"/vllm-cache/*/torch_compile_cache/*/* "$RUN"/vllm-cache/*/torch_compile_cache/torch_aot_compile/*/* \
+      ~/.triton/cache /tmp/torchinductor_* 2>/dev/null; } > "$OUT/cache-folders.txt"
   return 0
 }
 
