@@ -27,11 +27,11 @@ from tests.test_recorder_versions import FAKE_ATTENTION, NEW_LAYOUT, ROOT, RUNNE
 # installed in the parent. (A parent that imported a model runner would itself count as serving.)
 FORKING_SERVER = """
 import importlib, multiprocessing, sys
+attn_at, runner_at, import_first = sys.argv[1:]
 sys.argv = ["vllm/entrypoints/openai/api_server.py", "--model", "m"]
 from e2e.plugin import register, current_recorder
 register()
-attn_at, runner_at, import_first = sys.argv_in
-if import_first:
+if import_first == "1":
     importlib.import_module(attn_at)
 
 class Cache:
@@ -62,15 +62,17 @@ def test_a_forked_engine_core_writes_its_own_record(tmp_path, import_first):
     records = tmp_path / "records"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
            pc.ENV_ARM: "stock", pc.ENV_RECORD_DIR: str(records), pc.ENV_FLUSH_S: "30"}
-    script = FORKING_SERVER.replace("sys.argv_in", repr([NEW_LAYOUT, V1_RUNNER, import_first]))
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", FORKING_SERVER, NEW_LAYOUT, V1_RUNNER, "1" if import_first else ""],
+                       env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     child = int(r.stdout.split()[-1])
 
+    (api_file,) = records.glob("APIServer-*.json")
     files = sorted(p.name for p in records.glob("*.json"))
-    assert files == sorted([f"APIServer-{r_pid(records, 'APIServer')}.json", f"EngineCore-{child}.json"]), files
+    assert files == sorted([api_file.name, f"EngineCore-{child}.json"]), files
     core = json.loads((records / f"EngineCore-{child}.json").read_text())
-    api = json.loads((records / f"APIServer-{r_pid(records, 'APIServer')}.json").read_text())
+    api = json.loads(api_file.read_text())
+    assert api_file.name == f"APIServer-{api['pid']}.json"
     # The child's record is its own, written at its exit (flush every 30 s: only the exit write
     # could have put the final counts there), and it says whom it was forked from.
     assert core["final"] and core["pid"] == child and core["forked_from"] == api["pid"]
@@ -84,7 +86,3 @@ def test_a_forked_engine_core_writes_its_own_record(tmp_path, import_first):
     (lc,) = folded["layer_classes"]
     assert lc["paths"] == {"forward:FakeImpl": 12} and lc["n_layers"] == 3
 
-
-def r_pid(records, role: str) -> int:
-    (p,) = records.glob(f"{role}-*.json")
-    return int(p.stem.split("-")[1])

@@ -121,8 +121,7 @@ class Recorder:
         child leaves by os._exit and never runs atexit."""
         self._new_process()
         self.extra["forked_from"] = os.getppid()
-        if self._flushing:
-            self._flushing = False
+        if self._flushing:  # the parent's flush thread did not come along
             self.start_flushing()
             multiprocessing.util.Finalize(None, self._at_exit, exitpriority=100)
         try:

