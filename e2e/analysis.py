@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from e2e import bandwidth, roofline, stats, verdicts
+from e2e import bandwidth, estimate, planning, roofline, stats, verdicts
+from e2e import variance_model as vm
 from e2e.errors import UserError
 from e2e.manifest import project_root
 from e2e.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, counted_requests
@@ -59,7 +60,9 @@ def _float(x: Any) -> float | None:
 class RunAnalysis:
     """Everything a report shows, computed once from one run folder."""
 
-    def __init__(self, run_dir: Path | str):
+    def __init__(self, run_dir: Path | str, estimator: str | None = None):
+        """estimator: force one (compare does, so two runs are compared on the same definition);
+        None: the config's stats.estimator rule."""
         self.root = Path(run_dir)
         store = RunStore.open_existing(self.root)
         self.manifest = store.manifest()
@@ -73,6 +76,9 @@ class RunAnalysis:
         st = cfg.get("stats") or {}
         self.alpha = float(st.get("alpha", 0.05))
         self.min_effect_pct = float(st.get("min_effect_pct", 2.0))
+        self.estimator_setting = estimator or st.get("estimator", "auto")
+        self.target_mde_pct = float(st.get("target_mde_pct") or 2 * self.min_effect_pct)
+        self.shared_servers = (cfg.get("server") or {}).get("mode") == "per-arm-pass"
         self.bandwidth_override = st.get("gpu_bandwidth_gbps")
         self.tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
         arm_order = [a["name"] for a in cfg.get("arms", [])]
@@ -87,15 +93,23 @@ class RunAnalysis:
         self.reference = self.arms[0] if self.arms else None
         self.depths = sorted({c["depth"] for c in self.plan} | {c["depth"] for c in self.cell_rows.values()})
         self.passes = sorted({c["pass"] for c in self.plan} | {c["pass"] for c in self.cell_rows.values()})
-        # (arm, depth, pass) -> CellStats, for ok cells only
-        self.cells: dict[tuple[str, int, int], stats.CellStats] = {}
+        # (arm, depth, pass) -> CellStats, for ok cells only; the server (key and attempt) of each
+        ok = {cid: c for cid, c in self.cell_rows.items() if c.get("status") == "ok"}
         for cid, c in self.cell_rows.items():
-            if c.get("status") != "ok":
+            if cid not in ok:
                 self.warnings.append(f"{cid}: cell failed ({c.get('error') or 'no reason recorded'}): left out")
-                continue
-            cs = stats.cell_stats(by_cell.get(cid, []), self.n_long, self.n_short)
-            self.cells[(c["arm"], c["depth"], c["pass"])] = cs
+        self.estimator, self.estimator_note = self._choose_estimator(ok, by_cell)
+        self.cells: dict[tuple[str, int, int], stats.CellStats] = {}
+        self.server_of: dict[tuple[str, int, int], str] = {}
+        for cid, c in ok.items():
+            cs = stats.cell_stats(by_cell.get(cid, []), self.n_long, self.n_short, estimator=self.estimator)
+            key = (c["arm"], c["depth"], c["pass"])
+            self.cells[key] = cs
+            self.server_of[key] = f"{c.get('server_key') or cid}#{c.get('attempt')}"
             self.warnings.extend(f"{cid}: {w}" for w in cs.warnings)
+        self.fit = vm.fit([(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()])
+        if self.fit is not None:
+            self.warnings.extend(self.fit.warnings)
         missing = [c["cell_id"] for c in self.plan if c["cell_id"] not in self.cell_rows]
         if missing:
             self.warnings.append(f"{len(missing)} planned cell(s) not run: {', '.join(missing)}")
@@ -212,13 +226,14 @@ class RunAnalysis:
                     entries.append(({"arm": arm, "reference": self.reference, "depth": d, "pass": p,
                                      "scope": "pass"},
                                     verdicts.within_server_ratio(ref, a, self.alpha, self.min_effect_pct)))
-                refs = self._cells_of(self.reference, d)
                 entries.append(({"arm": arm, "reference": self.reference, "depth": d, "pass": None,
                                  "scope": "pooled"},
-                                verdicts.pooled_comparison(refs, self._cells_of(arm, d), self.alpha,
-                                                           self.min_effect_pct)))
-        self.correction = verdicts.decide_family([c for h, c in entries if h["scope"] == "pooled"],
-                                                 self.alpha, "holm")
+                                verdicts.model_comparison(self.fit, arm, self.reference, d,
+                                                          self._cells_of(self.reference, d), self._cells_of(arm, d),
+                                                          self.alpha, self.min_effect_pct)))
+        pooled = [c for h, c in entries if h["scope"] == "pooled"]
+        self.correction = verdicts.decide_family(pooled, self.alpha, "holm")
+        self._plan_family([(h, c) for h, c in entries if h["scope"] == "pooled"])
         out = []
         for head, cmp in entries:
             out.append({**head, **cmp.to_dict()})
@@ -226,6 +241,63 @@ class RunAnalysis:
                 self.warnings.extend(f"{head['arm']} vs {self.reference} at {head['depth']}: {w}"
                                      for w in cmp.warnings)
         return out
+
+    def _choose_estimator(self, ok: dict[str, dict[str, Any]], by_cell: dict[str, list[dict]]) -> tuple[str, str]:
+        """The run's one estimator (e2e/estimate.py) and why: the prefill-corrected one when the
+        config allows it, every counted valid row has the server's prefill time and every cell's
+        corrected estimate agrees with its plain client one (stats.AGREE_PCT, AGREE_SD); else the
+        plain client estimate, with a warning naming the cells."""
+        if self.estimator_setting == estimate.CLIENT:
+            return estimate.CLIENT, "the plain client estimate (stats.estimator = \"client\")"
+        missing, disagree = [], []
+        for cid, c in ok.items():
+            rows = by_cell.get(cid, [])
+            if any(r.get("valid") and r.get("server_prefill_s") is None for r in rows):
+                missing.append(cid)
+                continue
+            cs = stats.cell_stats(rows, self.n_long, self.n_short, estimator=estimate.CORRECTED)
+            if cs.client_agrees is False:
+                disagree.append(f"{cid} ({100 * cs.client_gap:+.1f} %)")
+        if not missing and not disagree:
+            return estimate.CORRECTED, ("client wall time minus the server's own prefill time, every cell "
+                                        "checked against the plain client estimate")
+        why = []
+        if missing:
+            why.append(f"no server prefill time in {len(missing)} cell(s): {', '.join(missing[:4])}")
+        if disagree:
+            why.append(f"the corrected and the plain client estimate disagree in {', '.join(disagree[:4])}")
+        self.warnings.append("estimator: fell back to the plain client estimate: " + "; ".join(why))
+        return estimate.CLIENT, "the plain client estimate (fallback: " + "; ".join(why) + ")"
+
+    def _plan_family(self, pooled: list[tuple[dict[str, Any], verdicts.Comparison]]) -> None:
+        """servers_needed for every tested comparison, from the fit (e2e/planning.py) at the
+        family's step, for the run's own rounds per depth; then the inconclusive notes."""
+        tested = [c for _, c in pooled if c.p is not None]
+        if self.fit is None or not tested:
+            return
+        step = tested[0].alpha_step or self.alpha
+        rounds = {d: max(2, int(np.median([c.n_rounds for (a, dd, p), c in self.cells.items() if dd == d] or [2])))
+                  for d in self.depths}
+        arms = [a for a in self.arms if any(k[0] == a for k in self.cells)]
+        depths = [d for d in self.depths if all((a, d) in {(k[0], k[1]) for k in self.cells} for a in arms)]
+        try:
+            need = planning.servers_needed(planning.Components.of(self.fit), arms, depths, rounds,
+                                           self.shared_servers, step, self.min_effect_pct, self.target_mde_pct)
+        except (np.linalg.LinAlgError, ValueError):
+            need = {}
+        for head, c in pooled:
+            c.target_mde_pct = self.target_mde_pct
+            if c.p is None:
+                continue
+            c.servers_needed = need.get((head["arm"], head["depth"]))
+            # one function for both figures: they can only disagree by a rounding of the design
+            if c.mde_pct is not None and c.servers_needed is not None:
+                n_now = min(c.n_ref, c.n_arm)
+                if c.mde_pct <= self.target_mde_pct:
+                    c.servers_needed = min(c.servers_needed, n_now)
+                elif c.servers_needed <= n_now:
+                    c.servers_needed = n_now + 1
+            verdicts.inconclusive_note(c)
 
     def _cells_of(self, arm: str, depth: int) -> list[stats.CellStats]:
         return [self.cells[(arm, depth, p)] for p in self.passes if (arm, depth, p) in self.cells]
@@ -242,6 +314,24 @@ class RunAnalysis:
                         f"{arm} at {d}: passes {ag['passes']} differ by {ag['max_rel_diff_pct']:.1f} %, "
                         "more than their intervals allow (between-server variance)")
         return out
+
+    def gpu_time(self) -> dict[str, Any]:
+        """Where the run's GPU time went, from the rows: server starts, warm-ups and timed rounds of
+        the finished cells (the counted attempts; a failed start's time is in the wall clock only),
+        and the wall clock from the manifest's start to its end."""
+        rows = [c for c in self.cell_rows.values() if c.get("status") == "ok"]
+        parts = {k: sum(float(c.get(k) or 0.0) for c in rows) for k in ("startup_s", "warmup_s", "measure_s")}
+        wall = None
+        try:
+            from datetime import datetime
+            t0, t1 = self.manifest.get("started"), self.manifest.get("ended")
+            if t0 and t1:
+                wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
+        except (TypeError, ValueError):
+            wall = None
+        return {"cells_minutes": sum(parts.values()) / 60, "starts_minutes": parts["startup_s"] / 60,
+                "warmup_minutes": parts["warmup_s"] / 60, "measure_minutes": parts["measure_s"] / 60,
+                "wall_minutes": None if wall is None else wall / 60}
 
     def max_pass_disagreement_pct(self) -> float | None:
         vals = [a["max_rel_diff_pct"] for a in self.agreement if a["max_rel_diff_pct"] is not None]

@@ -198,7 +198,21 @@ def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:
         t.add_column(col)
     for r in plan_table_rows(cells):
         t.add_row(*r)
-    make_console().print(t)
+    console = make_console()
+    console.print(t)
+    from e2e.prior import predict_plan, this_gpu
+    pred = predict_plan(cfg, cells, gpu=this_gpu())
+    if pred.get("note"):
+        console.print(f"prediction: {pred['note']}")
+        return 0
+    t = Table(title=f"what this plan should resolve (from {pred['source']})")
+    for col in ("arm / ref", "depth", "95 % CI +-%", "MDE %", "df"):
+        t.add_column(col)
+    ref = cfg.arms[0].name
+    for c in pred["comparisons"]:
+        mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:.2f}"
+        t.add_row(f"{c['arm']} / {ref}", str(c["depth"]), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
+    console.print(t)
     return 0
 
 

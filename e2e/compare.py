@@ -1,8 +1,9 @@
 """`compare RUN_A RUN_B`: is B slower than A? The within-run rule between runs.
 
-For every arm in both runs and every common depth, run B's servers against run A's (the pooled
-comparison of e2e/verdicts.py: each cell one server, one replicate), decided with Holm's correction
-across the arm x depth family. Runs are comparable only when the CHECKED metadata match (pyperf's
+For every arm in both runs and every common depth, run B's servers against run A's: one variance
+model over both runs' servers and depths (e2e/variance_model.py; each run's arm a group, a server
+one replicate), decided with Holm's correction across the arm x depth family. Two runs cannot show
+run-to-run variation beyond their servers: `history` over several runs can (e2e/changepoints.py). Runs are comparable only when the CHECKED metadata match (pyperf's
 rule); a mismatch is refused unless --force, and then every mismatch is printed.
 
 Exit status: 0 no regression detected (every row faster, equivalent or inconclusive: the rows say
@@ -18,7 +19,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from e2e import verdicts
+from e2e import estimate, verdicts
+from e2e import variance_model as vm
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
@@ -83,13 +85,16 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None
     undecidable = [f"{r.root.name} has no valid cell" for r in (a, b) if not r.cells]
     if arms is None:
         undecidable += [f"arm {x!r} of {a.root.name} is missing from {b.root.name}" for x in a.arms if x not in b.arms]
+    fit = vm.fit([(f"{tag}:{arm}", d, f"{tag}:{r.server_of[(arm, d, p)]}", cs)
+                  for tag, r in (("A", a), ("B", b)) for (arm, d, p), cs in r.cells.items() if arm in common])
     entries = []
     for arm in common:
         for d in sorted(set(a.depths) & set(b.depths)):
             ca, cb = a._cells_of(arm, d), b._cells_of(arm, d)
-            entries.append(({"arm": arm, "depth": d, "a": verdicts.pooled_estimate(ca),
-                             "b": verdicts.pooled_estimate(cb)},
-                            verdicts.pooled_comparison(ca, cb, a.alpha, a.min_effect_pct)))
+            entries.append(({"arm": arm, "depth": d, "a": verdicts.arm_estimate(fit, f"A:{arm}", d, ca),
+                             "b": verdicts.arm_estimate(fit, f"B:{arm}", d, cb)},
+                            verdicts.model_comparison(fit, f"B:{arm}", f"A:{arm}", d, ca, cb, a.alpha,
+                                                      a.min_effect_pct)))
     line = verdicts.decide_family([c for _, c in entries], a.alpha, "holm")
     rows = [{**head, **cmp.to_dict()} for head, cmp in entries]
     undecidable += [f"{r['arm']} at {r['depth']}: {r['decision']}" for r in rows
@@ -105,7 +110,7 @@ def compare_table(rows: list[dict[str, Any]], title: str) -> Table:
         color = {"slower": "red", "faster": "green", "equivalent": "cyan"}.get(r["decision"], "")
         t.add_row(r["arm"], str(r["depth"]), num(r["a"]["estimate_ms"]), num(r["b"]["estimate_ms"]),
                   num(r["ratio"], "{:.3f}"), interval(r["ratio_ci_lo"], r["ratio_ci_hi"], "{:.3f}"),
-                  num(r["p_adjusted"], "{:.3g}"), num(r["mde_family_pct"], "{:.1f}"),
+                  num(r["p_adjusted"], "{:.3g}"), num(r["mde_pct"], "{:.1f}"),
                   f"[{color}]{r['decision']}[/{color}]" if color else r["decision"])
     return t
 
@@ -122,6 +127,10 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     """0 no regression detected, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
     console = console or make_console()
     a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
+    if a.estimator != b.estimator:  # one definition for both sides: the plain one both rows have
+        console.print(f"[yellow]warning: the runs' estimators differ ({a.estimator} vs {b.estimator}): both "
+                      f"compared on the plain client estimate[/yellow]")
+        a, b = RunAnalysis(args.run_a, estimate.CLIENT), RunAnalysis(args.run_b, estimate.CLIENT)
     mism = metadata_mismatches(a, b)
     if mism and not args.force:
         raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")

@@ -171,6 +171,12 @@ class Gsm8kCfg(_Frozen):
 class StatsCfg(_Frozen):
     min_effect_pct: float = Field(default=2.0, ge=0)
     alpha: float = Field(default=0.05, gt=0, lt=1)
+    # Which per-request time is differenced (e2e/estimate.py): "auto" = the client's wall time minus
+    # the server's own prefill time where every row has it and the check against the plain client
+    # estimate passes, else the plain client estimate (with a warning); "client" = always the plain one.
+    estimator: Literal["auto", "client"] = "auto"
+    # The MDE the planning figures aim at ("servers per arm for an MDE <= X %"); None: 2 x min_effect.
+    target_mde_pct: float | None = Field(default=None, gt=0)
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
     # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/bandwidth.py).
     measure_bandwidth: bool = True

@@ -72,6 +72,7 @@ class CellRow(_Row):
     stopped_by: str | None = None
     rounds: int | None = None
     decode_ms_per_token: float | None = None
+    decode_corrected_ms_per_token: float | None = None  # client minus server prefill (e2e/estimate.py)
     server_decode_ms_per_token: float | None = None
     client_overhead_ms_median: float | None = None
     error: str | None = None
@@ -96,6 +97,7 @@ class PlanEntry(BaseModel):
     arm: str = Field(min_length=1)
     depth: int = Field(gt=0)
     server_key: str = Field(min_length=1)
+    rounds: int | None = Field(default=None, ge=1)   # set by adaptive replication's allocation
 
 
 ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}

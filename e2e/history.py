@@ -81,17 +81,22 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
             for d in r.depths:
                 rows.append({"order": i, "run": r.root.name, "vllm": vllm_version(r.manifest),
                              "started": r.manifest.get("started"), "arm": arm, "depth": d,
-                             "series": list(series).index(key), **verdicts.pooled_estimate(r._cells_of(arm, d))})
+                             "series": list(series).index(key), "estimator": r.estimator,
+                             **verdicts.arm_estimate(r.fit, arm, d, r._cells_of(arm, d))})
+    todo = []
     for s, members in enumerate(series.values()):
         arms_depths = sorted({(row["arm"], row["depth"]) for row in rows if row["order"] in members})
         for arm, d in arms_depths:
             idx = [i for i in members if runs[i]._cells_of(arm, d)]
-            if len(idx) < 2:
-                continue
-            cps = find_change_points([runs[i]._cells_of(arm, d) for i in idx], runs[idx[0]].alpha,
-                                     runs[idx[0]].min_effect_pct, labels=[runs[i].root.name for i in idx])
-            steps += [{"series": s, "arm": arm, "depth": d, "after_run": cp.runs_before[-1],
-                       "first_run": cp.runs_after[0], **cp.to_dict()} for cp in cps]
+            if len(idx) >= 2:
+                todo.append((s, arm, d, idx))
+    # one family: every arm x depth series of the history (Bonferroni over them in changepoints)
+    for s, arm, d, idx in todo:
+        cps = find_change_points([runs[i]._cells_of(arm, d) for i in idx], runs[idx[0]].alpha,
+                                 runs[idx[0]].min_effect_pct, labels=[runs[i].root.name for i in idx],
+                                 n_series=len(todo))
+        steps += [{"series": s, "arm": arm, "depth": d, "after_run": cp.runs_before[-1],
+                   "first_run": cp.runs_after[0], "n_series": len(todo), **cp.to_dict()} for cp in cps]
     return rows, steps
 
 

@@ -9,7 +9,7 @@ arm by arm instead (each arm walking its depths); cells that share a server shar
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from e2e.config import Config, order_arms
 
@@ -21,6 +21,7 @@ class Cell:
     arm: str
     depth: int
     server_key: str  # cells with the same key share one server (one per cell in fresh mode)
+    rounds: int | None = None  # timed rounds when not workload.rounds (adaptive replication's allocation)
 
     @property
     def cell_id(self) -> str:
@@ -29,8 +30,15 @@ class Cell:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["pass"] = d.pop("pass_")
-        return {"index": d["index"], "cell_id": self.cell_id, "pass": d["pass"], "arm": self.arm,
-                "depth": self.depth, "server_key": self.server_key}
+        out = {"index": d["index"], "cell_id": self.cell_id, "pass": d["pass"], "arm": self.arm,
+               "depth": self.depth, "server_key": self.server_key}
+        return out if self.rounds is None else {**out, "rounds": self.rounds}
+
+    @classmethod
+    def from_dict(cls, c: dict) -> "Cell":
+        """A plan.json entry (formats.PlanEntry checked it)."""
+        return cls(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
+                   server_key=c["server_key"], rounds=c.get("rounds"))
 
 
 def pass_orders(first: list[str], passes: int) -> list[list[str]]:
@@ -55,14 +63,18 @@ def make_plan(cfg: Config, passes: int | None = None) -> list[Cell]:
     return cells
 
 
-def next_pass(cfg: Config, cells: list[Cell]) -> list[Cell]:
+def next_pass(cfg: Config, cells: list[Cell], rounds: dict[int, int] | None = None) -> list[Cell]:
     """The cells of one more pass after `cells` (adaptive replication), continuing the alternation
-    of arm order: make_plan's plan for n + 1 passes begins with its plan for n."""
+    of arm order: make_plan's plan for n + 1 passes begins with its plan for n. `rounds`: timed
+    rounds per depth for the new cells (None: workload.rounds)."""
     n = max((c.pass_ for c in cells), default=0)
     more = make_plan(cfg, passes=n + 1)
     if [c.cell_id for c in more[:len(cells)]] != [c.cell_id for c in cells]:
         raise ValueError("the plan on disk is not this config's plan: cannot extend it")
-    return more[len(cells):]
+    new = more[len(cells):]
+    if rounds:
+        new = [replace(c, rounds=rounds.get(c.depth)) for c in new]
+    return new
 
 
 def plan_table_rows(cells: list[Cell]) -> list[tuple[str, ...]]:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from e2e import report_md, tables
+from e2e import estimate, report_md, tables
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.formats import VERSIONS
 from e2e.store import write_json_atomic
@@ -39,7 +39,10 @@ def run_facts(a: RunAnalysis) -> dict[str, Any]:
             "arms": a.arms, "reference_arm": a.reference, "long_tokens": a.n_long,
             "short_tokens": a.n_short, "rounds": wl.get("rounds"), "target_ci_pct": wl.get("target_ci_pct"),
             "replication": m.get("replication"),
-            "alpha": a.alpha, "min_effect_pct": a.min_effect_pct, "git": m.get("git")}
+            "alpha": a.alpha, "min_effect_pct": a.min_effect_pct, "target_mde_pct": a.target_mde_pct,
+            "estimator": a.estimator, "estimator_note": a.estimator_note,
+            "estimator_definition": estimate.describe(a.estimator, a.n_long, a.n_short),
+            "gpu_time": a.gpu_time(), "git": m.get("git")}
 
 
 def gsm8k_summaries(run_dir: Path) -> list[tuple[Path, Any]]:
@@ -61,17 +64,19 @@ def summary(a: RunAnalysis) -> dict[str, Any]:
             "cells": a.cell_table(), "arms": a.arm_table(), "comparisons": a.comparisons,
             "routing": a.routing_table(), "startups": a.startup_table(), "start_phases": a.start_phases(),
             "correction": a.correction, "pass_agreement": a.agreement, "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
-            "roofline": a.roofline, "warnings": a.warnings}
+            "roofline": a.roofline, "variance_model": a.fit.to_dict() if a.fit else None,
+            "warnings": a.warnings}
 
 
 
 
-CELL_COLS = ["cell_id", "pass", "arm", "depth", "status", "stopped_by", "estimate_ms", "ci_lo_ms",
-             "ci_hi_ms", "half_width_pct", "cv_pct", "n_rounds", "n_valid_long", "n_valid_short",
-             "n_invalid", "server_estimate_ms", "server_disagreement_pct", "startup_s", "warnings"]
+CELL_COLS = ["cell_id", "pass", "arm", "depth", "status", "stopped_by", "estimator", "estimate_ms", "ci_lo_ms",
+             "ci_hi_ms", "half_width_pct", "robust_se_pct", "cv_pct", "n_rounds", "n_valid_long", "n_valid_short",
+             "n_invalid", "client_estimate_ms", "client_gap_pct", "client_agrees", "server_estimate_ms",
+             "server_disagreement_pct", "startup_s", "warnings"]
 CMP_COLS = ["arm", "reference", "depth", "scope", "pass", "ratio", "ratio_ci_lo", "ratio_ci_hi",
-            "ci_kind", "p_value", "p_adjusted", "p_equiv", "p_equiv_adjusted", "df", "mde_pct", "mde_family_pct",
-            "servers_needed", "diff_ms", "diff_ci_lo_ms", "diff_ci_hi_ms", "decision", "decision_unadjusted",
+            "ci_kind", "p_value", "p_adjusted", "p_equiv", "p_equiv_adjusted", "df", "mde_pct", "alpha_step",
+            "servers_needed", "target_mde_pct", "diff_ms", "diff_ci_lo_ms", "diff_ci_hi_ms", "decision", "decision_unadjusted",
             "correction", "warnings"]
 
 

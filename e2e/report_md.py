@@ -38,13 +38,15 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
         ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
         ["server mode", str(f["server_mode"])], ["order / passes", f"{f['order']} / {len(f['passes'])}"],
         ["arms (reference first)", ", ".join(f["arms"])],
-        ["estimate", f"(median T{f['long_tokens']} - median T{f['short_tokens']}) / "
-                     f"{f['long_tokens'] - f['short_tokens']}, {f['rounds']} rounds"
+        ["estimate", f"{f['estimator_definition']}, {f['rounds']} rounds"
                      + (f", target CI {f['target_ci_pct']} %" if f["target_ci_pct"] else "")],
+        ["estimator", f"**{f['estimator']}**: {f['estimator_note']}; the plain client estimate is in every "
+                      "cell row as the check (Cells: `client ms/tok`)"],
         ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
                           "see Verdicts"],
         ["replication", _replication(f.get("replication"), len(f["passes"]))],
         ["executor", executor_line(a.concurrency())],
+        ["GPU time", _gpu_time(f.get("gpu_time"))],
         ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
         ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
 
@@ -52,11 +54,15 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
     md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
 
     md += ["## Cells", "", tables.markdown(
-        ["cell", "status", "ms/token", "95 % CI", "±%", "CV %", "rounds", "server ms/tok", "client-server %", "stopped by"],
+        ["cell", "status", "ms/token", "95 % CI", "±%", "robust se %", "CV %", "rounds", "client ms/tok",
+         "client - est %", "server ms/tok", "est - server %", "stopped by"],
         [[c["cell_id"], c["status"], num(c.get("estimate_ms")),
           interval(c.get('ci_lo_ms'), c.get('ci_hi_ms')), num(c.get("half_width_pct"), "{:.1f}"),
-          num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"), num(c.get("server_estimate_ms")),
-          num(c.get("server_disagreement_pct"), "{:+.1f}"), str(c.get("stopped_by") or "-")]
+          num(c.get("robust_se_pct"), "{:.2f}"), num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"),
+          num(c.get("client_estimate_ms")),
+          num(c.get("client_gap_pct"), "{:+.2f}") + (" **(disagrees)**" if c.get("client_agrees") is False else ""),
+          num(c.get("server_estimate_ms")), num(c.get("server_disagreement_pct"), "{:+.1f}"),
+          str(c.get("stopped_by") or "-")]
          for c in s["cells"]]), "", "![decode ms/token vs depth](decode_vs_depth.png)", ""]
 
     md += ["## Pass agreement (same arm, same depth, across passes)", ""]
@@ -209,24 +215,34 @@ def verdict_section(s: dict[str, Any]) -> list[str]:
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if not pooled:
         return md + ["Only one arm: nothing to compare.", ""]
+    target = f.get("target_mde_pct")
     md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
            f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.", "",
            tables.markdown(
                ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "p (Holm)",
-                "TOST p (Holm)", "MDE %", f"servers for {f['min_effect_pct']:g} %", "verdict"],
+                "TOST p (Holm)", "MDE %", f"servers for MDE <= {num(target, '{:g}')} %", "verdict"],
                [[f"{c['arm']} / {c['reference']}", str(c["depth"]), f"{c['n_arm']} + {c['n_ref']}",
                  num(c["ratio"], "{:.3f}"),
                  interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")
                  + ("" if c.get("ci_kind") in (None, "between-server") else f" ({c['ci_kind']})"),
                  f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
                  num(c.get("p_adjusted"), "{:.3g}"), num(c.get("p_equiv_adjusted"), "{:.3g}"),
-                 num(c.get("mde_family_pct"), "{:.1f}"), num(c.get("servers_needed"), "{}"),
-                 f"**{c['decision']}**"] for c in pooled]), ""]
-    mdes = [c["mde_family_pct"] for c in pooled if c.get("mde_family_pct") is not None]
+                 num(c.get("mde_pct"), "{:.1f}"), _servers(c), f"**{c['decision']}**"] for c in pooled]), ""]
+    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
+    hws = [c["ci_half_width_pct"] for c in pooled if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None]
     if mdes:
-        md += [f"What this design could resolve: changes of {min(mdes):.1f} to {max(mdes):.1f} % and more are "
-               f"detected with 80 % power (MDE, at the family's strictest step), against the configured min "
-               f"effect of {f['min_effect_pct']:g} %.", ""]
+        md += [f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
+               f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
+               f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
+               f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
+               f"\"Servers for MDE <= {num(target, '{:g}')} %\": servers per arm, at this run's rounds, whose MDE "
+               "would be at most that (from the same model and rule).", ""]
+    vmod = s.get("variance_model")
+    if vmod:
+        md += [f"Variance model: {vmod['components']} ({vmod['method']}) over {vmod['n_cells']} cells on "
+               f"{vmod['n_servers']} servers: server sd {100 * vmod['sd_server']:.3f} %, cell excess sd "
+               f"{100 * vmod['sd_cell_excess']:.3f} %; per-value noise pooled per arm and depth (summary.json: "
+               "`variance_model`).", ""]
     per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
     if per_pass:
         md += ["Per pass (two servers only: the interval leaves out between-server variance, so no verdict "
@@ -238,10 +254,35 @@ def verdict_section(s: dict[str, Any]) -> list[str]:
     return md
 
 
+def _servers(c: dict[str, Any]) -> str:
+    if c.get("p_value") is None:
+        return "-"
+    n = c.get("servers_needed")
+    return str(n) if n is not None else f"> 64"
+
+
+def _gpu_time(g: dict[str, Any] | None) -> str:
+    if not g:
+        return "-"
+    wall = f"{g['wall_minutes']:.1f} min wall clock (manifest start to end); " if g.get("wall_minutes") else ""
+    return (wall + f"cells {g['cells_minutes']:.1f} min: starts {g['starts_minutes']:.1f}, warm-up "
+            f"{g['warmup_minutes']:.1f}, timed rounds {g['measure_minutes']:.1f}")
+
+
 def _replication(r: dict[str, Any] | None, passes: int) -> str:
     if not r:
         return f"{passes} pass(es) as planned (one server per arm and pass)"
-    return (f"adaptive: passes added until every arm ratio's interval was within +-{r['target_ci_pct']:g} % "
-            f"(at most {r['max_passes']} passes" + (f", {r['max_minutes']:g} min" if r.get("max_minutes") else "")
-            + f"); {r['passes']} passes, stopped by **{r['stopped_by']}** (widest +-"
-            f"{num(r.get('widest_ci_half_width_pct'), '{:.2f}')} %)")
+    if not str(r.get("rule", "")).startswith("two-stage"):   # a run from before the two-stage rule
+        return (f"adaptive (one pass at a time, until the interval was narrow): {r.get('passes')} passes, "
+                f"stopped by **{r.get('stopped_by')}**")
+    head = (f"adaptive, two stages (target +-{r['target_ci_pct']:g} %): {r['pilot_passes']} pilot pass(es) "
+            f"(widest +-{num(r.get('pilot_widest_ci_half_width_pct'), '{:.2f}')} %), then ")
+    if not r.get("extra_passes"):
+        return head + f"none: **{r['stopped_by']}**"
+    al = r.get("allocation") or {}
+    rounds = ", ".join(f"{d}: {n}" for d, n in (r.get("rounds") or {}).items())
+    got = r.get("widest_ci_half_width_pct")
+    return (head + f"**{r['extra_passes']} more pass(es)** with rounds per depth {rounds}, chosen from the "
+            f"pilot's variance model and costs ({r['stopped_by']}; {r.get('limit')}; predicted "
+            f"{num(al.get('predicted_gpu_minutes'), '{:.1f}')} GPU-min); achieved widest +-"
+            f"{num(got, '{:.2f}')} % (" + ("target met" if r.get("target_met") else "**target not met**") + ")")

@@ -116,14 +116,15 @@ class Runner:
                  ctx: dict[str, Any], startup_s: float) -> dict[str, Any]:
         base = {"cell_id": cell.cell_id, "attempt": ctx["tag"], "pass": cell.pass_, "arm": cell.arm,
                 "depth": cell.depth}
+        # the allocation of adaptive replication may give a cell its own number of rounds
+        wl = self.cfg.workload if cell.rounds is None else self.cfg.workload.model_copy(update={"rounds": cell.rounds})
         res = measure_cell(
-            client, cell.depth, self.cfg.workload, self.sampler,
+            client, cell.depth, wl, self.sampler,
             emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
             phase=lambda p: self.progress.phase(cell, p),
             stop_rule=self.stop_rule)
         if not server.alive():
             raise ServerGone("server exited during the cell")
-        wl = self.cfg.workload
         est = cell_estimate(res.rows, wl.long_tokens, wl.short_tokens)
         folded = routing.fold_records(ctx["record_dir"], arm)
         problem = routing.patch_problem(folded, arm)

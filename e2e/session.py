@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from e2e import manifest as mf
-from e2e import verdicts
 from e2e.config import Config, config_from_manifest
 from e2e.executors import ExecutorOptions, LocalExecutor, create as create_executor
 from e2e.formats import now
@@ -64,8 +63,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
         m = store.manifest()
         cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
         store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
-        cells = [Cell(index=c["index"], pass_=c["pass"], arm=c["arm"], depth=c["depth"],
-                      server_key=c["server_key"]) for c in store.plan()]
+        cells = [Cell.from_dict(c) for c in store.plan()]
         sampler = make_sampler(cfg)
         check_launchable(cfg)
         ex = create_executor(opts.executor)
@@ -155,40 +153,31 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
 
 def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
                sampler: Any, t0: float, ex: Any) -> None:
-    """Adaptive replication: one more pass (one more server per arm, the arm order alternating)
-    until every pooled arm-ratio interval is within +-run.target_ci_pct %, or run.max_passes or
-    run.max_minutes is reached. The stopping rule is on the comparison (verdicts.replication_stop's
-    rule, read from the rows on disk), never on one cell; the manifest records what stopped it."""
-    from e2e.analysis import RunAnalysis
+    """Adaptive replication, in two stages. The planned passes are the pilot; from its rows
+    (e2e/adaptive.py) the variance model and the measured costs choose the extra passes and the
+    rounds per depth of their cells that bring every arm ratio's 95 % interval within
+    +-run.target_ci_pct % at the least GPU time (within run.max_passes and run.max_minutes), and
+    those run. There is no second look: a stop that waited for a narrow interval would select on a
+    lucky variance estimate and cover less than 95 % (the conformance table shows the two-stage
+    rule's coverage). The manifest's `replication` records the choice, its costs and its outcome."""
+    from e2e.adaptive import plan_extra, with_outcome
 
-    r = cfg.run
-    while True:
-        pooled = [c for c in RunAnalysis(store.root).comparisons if c["scope"] == "pooled"]
-        widths = [c["ci_half_width_pct"] for c in pooled]
-        passes = max(c.pass_ for c in cells)
-        if verdicts.replication_stop_rows(pooled, r.target_ci_pct):
-            stopped = "target reached"
-        elif not pooled:
-            stopped = "nothing to compare (one arm)"
-        elif passes >= r.max_passes:
-            stopped = "max passes"
-        elif r.max_minutes is not None and (time.monotonic() - t0) / 60 >= r.max_minutes:
-            stopped = "max minutes"
-        else:
-            stopped = None
-        store.update_manifest(replication={
-            "target_ci_pct": r.target_ci_pct, "max_passes": r.max_passes, "max_minutes": r.max_minutes,
-            "passes": passes, "widest_ci_half_width_pct": max((w for w in widths if w is not None), default=None),
-            "stopped_by": stopped})
-        if stopped:
-            console.print(f"adaptive replication: {passes} passes, stopped by {stopped}")
-            return
-        more = next_pass(cfg, cells)
-        console.print(f"adaptive replication: widest interval +-{max(w or float('inf') for w in widths):.2f} % "
-                      f"> {r.target_ci_pct:g} %: pass {passes + 1} ({len(more)} cells)")
-        cells += more
-        store.write_plan([c.to_dict() for c in cells])
-        ex.run(cfg, store, cells, Progress(console, enabled=opts.progress), sampler)
+    done = store.manifest().get("replication") or {}
+    if str(done.get("rule", "")).startswith("two-stage"):
+        # a resumed run: the allocation was chosen once and its cells are in the plan (run above)
+        store.update_manifest(replication=with_outcome(done, store.root))
+        return
+    passes = max(c.pass_ for c in cells)
+    decision = plan_extra(cfg, store.root, passes, elapsed_min=(time.monotonic() - t0) / 60)
+    store.update_manifest(replication=decision.to_dict())
+    console.print(f"adaptive replication: {decision.summary()}")
+    if not decision.extra_passes:
+        return
+    for _ in range(decision.extra_passes):
+        cells += next_pass(cfg, cells, decision.rounds)
+    store.write_plan([c.to_dict() for c in cells])
+    ex.run(cfg, store, cells, Progress(console, enabled=opts.progress), sampler)
+    store.update_manifest(replication=decision.outcome(store.root))
 
 
 def _mark_stopped(store: RunStore, exc: Exception) -> None:

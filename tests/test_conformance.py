@@ -11,9 +11,8 @@ import pytest
 
 from e2e import conformance as cf
 from e2e import signoff, stats
-from e2e import verdicts as v
 
-N = 500     # experiments per design
+N = 100     # experiments per design (the README's table: 2000, `python -m e2e.conformance`)
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +26,35 @@ def _tol(f: cf.Figure, p: float = 0.05) -> float:
 
 # -- the simulation itself ------------------------------------------------------------------------
 def test_cell_stats_is_scale_equivariant_so_offsets_can_scale_cells():
-    rows = cf.cell_rows(np.random.default_rng(1))
+    rows = cf.cell_rows(np.random.default_rng(1), 11.0, 0.01)
     c = stats.cell_stats(rows, cf.LONG, cf.SHORT)
     f = 1.137
     slow = stats.cell_stats([{**r, "t_client_s": r["t_client_s"] * f} for r in rows], cf.LONG, cf.SHORT)
     s = cf.scaled(c, f)
     assert s.estimate == pytest.approx(slow.estimate, rel=1e-12)
     assert s.ci == pytest.approx(slow.ci, rel=1e-12)
-    assert np.allclose(s.boot, slow.boot, rtol=1e-12) and s.log_se == pytest.approx(slow.log_se, rel=1e-9)
+    assert np.allclose(s.boot, slow.boot, rtol=1e-12)
+    assert s.robust_log_var == pytest.approx(slow.robust_log_var, rel=1e-9)
 
 
-def test_simulated_cells_measure_the_per_token_cost():
-    pool = cf.Sim(pool=60).pool(0.0)
-    est = np.array([c.estimate for c in pool])
-    assert np.median(est) == pytest.approx(cf.TPT_MS, rel=0.01)
-    assert 0.005 < np.std(np.log(est)) < 0.03          # 2-5 % request noise, 10 rounds: ~1-2 % per cell
+def test_simulated_cells_measure_the_per_token_cost_and_grow_noisier_with_depth():
+    sim = cf.Sim(pool=60)
+    rg = cf.REGIMES["h200"]
+    sd = []
+    for d in cf.DEPTHS:
+        est = np.array([c.estimate for c in sim.pool(0.0, d, rg, cf.ROUNDS)])
+        assert np.median(est) == pytest.approx(cf.TPT_MS[d], rel=0.01)
+        sd.append(np.std(np.log(est)))
+    assert sd[0] < sd[1] < sd[2]
+
+
+def test_server_offsets_are_shared_by_the_depths_a_server_serves():
+    sim = cf.Sim(pool=30)
+    cells = sim.servers(cf.Regime("t", 0.2, 0.0, (1e-6,) * 3), "a", 2, {})
+    by = {}
+    for arm, d, server, c in cells:
+        by.setdefault(server, []).append(c.estimate / cf.TPT_MS[d])
+    assert all(np.ptp(v) < 1e-3 for v in by.values()) and len(by) == 2
 
 
 def test_vectorised_mcnemar_is_mcnemar_exact():
@@ -50,58 +63,63 @@ def test_vectorised_mcnemar_is_mcnemar_exact():
 
 
 # -- between arms ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("spread", [5, 20])
-def test_one_server_per_arm_is_always_insufficient_replication(figs, spread):
-    assert figs[f"aa_insufficient_k1_s{spread}"].value == 1.0
+REGIMES = ["h200", "h200-heavy", "cpu"]
+
+
+def test_one_server_per_arm_is_always_insufficient_replication(figs):
+    assert figs["aa_insufficient_k1"].value == 1.0
 
 
 @pytest.mark.parametrize("k", [2, 4])
-@pytest.mark.parametrize("spread", [5, 20])
-def test_aa_false_decisions_and_coverage(figs, k, spread):
-    f = figs[f"aa_decided_k{k}_s{spread}"]
+@pytest.mark.parametrize("regime", REGIMES)
+def test_aa_false_decisions_family_wise_and_coverage(figs, k, regime):
+    f = figs[f"aa_decided_{regime}_k{k}"]
     assert f.n == N and f.value <= _tol(f)
-    assert figs[f"aa_coverage_k{k}_s{spread}"].value >= 0.93
+    assert figs[f"aa_coverage_{regime}_k{k}"].value >= 0.93
 
 
-def test_mde_shrinks_with_servers_and_grows_with_spread(figs):
-    m = {key: figs[f"aa_mde_{key}"].value for key in ("k2_s5", "k4_s5", "k2_s20", "k4_s20")}
-    assert m["k4_s5"] < m["k2_s5"] and m["k4_s20"] < m["k2_s20"] and m["k2_s5"] < m["k2_s20"]
+def test_mde_shrinks_with_servers_and_grows_with_the_server_spread(figs):
+    m = {key: figs[f"aa_mde_{key}"].value for key in ("h200_k2", "h200_k4", "cpu_k2", "cpu_k4")}
+    assert m["h200_k4"] < m["h200_k2"] and m["cpu_k4"] < m["cpu_k2"] and m["h200_k2"] < m["cpu_k2"]
+    assert all(figs[f"aa_mde_{r}_k{k}"].value > cf.REGIMES[r].min_effect for r in REGIMES for k in (2, 4))
 
 
-def test_ten_percent_slowdown_with_eight_servers_is_found(figs):
-    assert figs["slow10_k8_s5"].value >= 0.80
+@pytest.mark.parametrize("regime", ["h200", "cpu"])
+def test_the_printed_mde_has_the_power_it_claims(figs, regime):
+    # at the MDE of the true variance the rule calls the change 80 % of the time (3 MC se + 3 points)
+    f = figs[f"mde_power_true_{regime}"]
+    assert abs(f.value - 0.80) <= cf.tol(0.8, f.n) + 0.03
+    m = figs[f"mde_power_median_{regime}"]
+    assert 0.55 - cf.tol(0.8, m.n) <= m.value <= 0.92 + cf.tol(0.8, m.n)   # the median se is below the true
 
 
-def test_reported_mde_matches_the_simulated_power(figs):
-    # at the MDE of the design's true se the test rejects 80 % of the time (3 MC se + 2 points)
-    f = figs["mde_power_true_se"]
-    assert abs(f.value - 0.80) <= cf.tol(0.8, f.n) + 0.02
-    # at the median reported MDE, a little less: the median sample sd is below the true sd
-    assert 0.65 <= figs["mde_power_median"].value <= 0.90
-
-
-def test_equivalence_at_the_margin_is_rarely_claimed(figs):
-    f = figs["tost_size_k8"]
+@pytest.mark.parametrize("regime", ["h200", "cpu"])
+def test_equivalence_at_the_margin_is_rarely_claimed(figs, regime):
+    f = figs[f"tost_size_{regime}"]
     assert f.value <= _tol(f)
-    assert figs["tost_power_k8"].value >= 0.80       # and an A/A with enough servers is shown equivalent
+    assert figs[f"tost_power_{regime}"].value > 0.05     # an A/A is shown equivalent some of the time
 
 
 def test_holm_controls_the_family(figs):
     f = figs["family_holm"]
     assert f.value <= _tol(f)
-    assert figs["family_raw"].value > 0.12            # what the correction is for (~1 - 0.95^6)
+    assert figs["family_raw"].value > f.value             # what the correction is for
+
+
+@pytest.mark.parametrize("regime", ["cpu", "h200"])
+def test_the_adaptive_stop_keeps_its_coverage(figs, regime):
+    assert figs[f"adaptive_coverage_{regime}"].value >= 0.93
+    assert figs[f"adaptive_extra_{regime}"].value >= 1     # the pilot alone did not reach the target
 
 
 # -- change points --------------------------------------------------------------------------------
-def test_flat_series_rarely_yields_a_change_point(figs):
+def test_a_flat_history_with_run_to_run_variation_rarely_alarms(figs):
     f = figs["cp_flat"]
     assert f.value <= _tol(f)
 
 
 def test_a_ten_percent_step_is_found(figs):
-    assert figs["cp_step_found"].value >= 0.90
-    assert figs["cp_step_exact"].value >= 0.75
-    assert figs["cp_step_extra"].value <= _tol(figs["cp_step_extra"])
+    assert figs["cp_step_found"].value >= 0.80
 
 
 # -- gsm8k ----------------------------------------------------------------------------------------
@@ -136,7 +154,7 @@ def test_markdown_table_and_cli_arguments(figs):
     lines = md.splitlines()
     assert lines[0].startswith("| figure | design |") and len(lines) == 2 + len(figs)
     assert "**no**" not in md
-    f = figs["aa_decided_k4_s20"]
+    f = figs["aa_decided_cpu_k4"]
     lo, hi = f.interval
     assert lo <= f.value <= hi and f"(n {N})" in md
     with pytest.raises(SystemExit):
@@ -149,9 +167,9 @@ def test_every_design_meets_its_target(figs):
 
 
 def test_rates_are_reproducible():
-    a = cf.Sim(seed=3, pool=40)
-    b = cf.Sim(seed=3, pool=40)
-    ra = [a.comparison(0.0, 2, 0.05).p for _ in range(5)]
-    rb = [b.comparison(0.0, 2, 0.05).p for _ in range(5)]
-    assert ra == rb and all(math.isfinite(p) for p in ra)
-    assert isinstance(a.comparison(0.0, 2, 0.05), v.Comparison)
+    def draw():
+        sim = cf.Sim(seed=3, pool=40)
+        return [c.p for _ in range(3) for *_, c in cf.family(sim.experiment(cf.REGIMES["cpu"], 2, {"ref": {}, "arm": {}}),
+                                                               "ref", 5.0)]
+    a, b = draw(), draw()
+    assert a == b and all(math.isfinite(p) for p in a)

@@ -1,7 +1,9 @@
-"""Adaptive replication (run.target_ci_pct): passes are added, counterbalanced, until every pooled
-arm-ratio interval is within the target, or the pass budget is spent. The loop is session's own;
-only the cells' measurement is simulated (rows as the runner writes them: each pass's servers off by
-a lognormal between-server spread), because what is under test is the stopping rule on the rows."""
+"""Adaptive replication (run.target_ci_pct), two stages: the planned passes are a pilot, then one
+allocation (extra passes, rounds per depth) chosen from the pilot's variance model and measured
+costs runs, counterbalanced, within the pass and time budget. The loop is session's own; only the
+cells' measurement is simulated (rows as the runner writes them: each server off by a lognormal
+between-server spread, its cell honouring the rounds the plan gave it), because what is under test
+is the decision on the rows."""
 from __future__ import annotations
 
 import json
@@ -29,12 +31,15 @@ def fake_runner(spread: float, seed: int = 0):
             for c in [c for c in self.cells if c.cell_id not in done]:
                 tpt = 0.010 * float(np.exp(rng.normal(0, spread)))  # this server's per-token cost
                 base = dict(cell_id=c.cell_id, attempt="0-x", pass_=c.pass_, arm=c.arm, depth=c.depth)
-                for r in range(6):
+                rounds = c.rounds or self.cfg.workload.rounds
+                for r in range(rounds):
                     for n in (64, 8):
-                        t = 0.05 + n * tpt * float(np.exp(rng.normal(0, 0.002)))
+                        t = 0.05 + n * tpt * float(np.exp(rng.normal(0, 0.01)))
                         self.store.append(REQUESTS, request_row(**base, n_tokens=n, round=r, t_client_s=t,
                                                                 valid=True))
-                self.store.append(CELLS, cell_row(**base, status="ok", index=c.index, server_key=c.server_key))
+                self.store.append(CELLS, cell_row(**base, status="ok", index=c.index, server_key=c.server_key,
+                                                  startup_s=90.0, warmup_s=1.0, measure_s=0.8 * rounds,
+                                                  rounds=rounds))
             return []
     return Runner
 
@@ -57,21 +62,36 @@ def run(tmp_path, monkeypatch, spread, target=2.0, max_passes=6):
         json.loads((tmp_path / "r" / "plan.json").read_text())
 
 
-def test_tight_servers_stop_at_the_target(tmp_path, monkeypatch):
-    rc, m, plan = run(tmp_path, monkeypatch, spread=0.002)
+def test_a_pilot_within_the_target_adds_nothing(tmp_path, monkeypatch):
+    rc, m, plan = run(tmp_path, monkeypatch, spread=0.002, target=5.0)
     rep = m["replication"]
-    assert rc == 0 and rep["stopped_by"] == "target reached" and rep["widest_ci_half_width_pct"] <= 2.0
-    assert rep["passes"] == max(c["pass"] for c in plan) >= 2
+    assert rc == 0 and rep["stopped_by"] == "target reached by the pilot" and rep["extra_passes"] == 0
+    assert rep["pilot_widest_ci_half_width_pct"] <= 5.0 and max(c["pass"] for c in plan) == 2
 
 
-def test_loose_servers_spend_the_pass_budget_and_passes_alternate(tmp_path, monkeypatch):
-    rc, m, plan = run(tmp_path, monkeypatch, spread=0.20, target=0.5, max_passes=5)
-    assert m["replication"]["stopped_by"] == "max passes" and m["replication"]["passes"] == 5
-    leads = [next(c["arm"] for c in plan if c["pass"] == p) for p in range(1, 6)]
-    assert leads == ["a", "b", "a", "b", "a"]  # counterbalanced as they are added
+def test_the_allocation_from_the_pilot_runs_once_and_records_its_choice(tmp_path, monkeypatch):
+    rc, m, plan = run(tmp_path, monkeypatch, spread=0.01, target=1.5, max_passes=10)
+    rep = m["replication"]
+    assert rep["rule"].startswith("two-stage") and rep["extra_passes"] >= 1
+    assert rep["passes"] == 2 + rep["extra_passes"] == max(c["pass"] for c in plan)
+    assert rep["costs"]["start_s"] == {"a": 90.0, "b": 90.0} and rep["costs"]["round_s"]["a@64"] == pytest.approx(0.8)
+    chosen = rep["rounds"]["64"]
+    assert all(c.get("rounds") == chosen for c in plan if c["pass"] > 2)    # the new cells' own rounds
+    assert all("rounds" not in c for c in plan if c["pass"] <= 2)
+    assert rep["allocation"]["predicted_gpu_minutes"] > 0 and "widest_ci_half_width_pct" in rep
+    leads = [next(c["arm"] for c in plan if c["pass"] == p) for p in range(1, rep["passes"] + 1)]
+    assert leads == ["a", "b"] * (len(leads) // 2) + ["a"] * (len(leads) % 2)   # counterbalanced as added
     assert [c["index"] for c in plan] == list(range(len(plan)))
     report = (tmp_path / "r" / "report.md").read_text()
-    assert "stopped by **max passes**" in report
+    assert "adaptive, two stages" in report and f"{rep['extra_passes']} more pass(es)" in report
+
+
+def test_loose_servers_spend_the_pass_budget(tmp_path, monkeypatch):
+    rc, m, plan = run(tmp_path, monkeypatch, spread=0.20, target=0.5, max_passes=5)
+    rep = m["replication"]
+    assert rep["stopped_by"].startswith("the allocation capped") and rep["passes"] == 5
+    assert rep["target_met"] is False
+    assert "target not met" in (tmp_path / "r" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("passes", [None, 1])

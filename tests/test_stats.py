@@ -150,3 +150,73 @@ def test_target_ci_stop_rule():
     # rows without 'round' (pairs in arrival order) work too
     bare = [{k: v for k, v in r.items() if k != "round"} for r in rows_for(30.0, rounds=6, noise=0.0001)]
     assert rule(bare) is True
+
+
+# -- the estimator and the robust noise (issue 21) --------------------------------------------------
+def rows_with_prefill(tpt_ms, rounds=8, prefill_sd=0.02, decode_sd=0.0005, seed=0, gap_s=0.0):
+    """Rows whose client time carries a jittery prefill that the server reports (server_prefill_s);
+    gap_s adds to the prefill the server reports for the 64-token requests only (a prefill time that
+    is not the request's own: queueing counted as prefill, a metric delta that caught another request)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(rounds):
+        for pos, n in enumerate((L, S) if r % 2 == 0 else (S, L)):
+            pre = 2.7 + rng.normal(0, prefill_sd)
+            t = pre + n * tpt_ms / 1e3 + rng.normal(0, decode_sd)
+            out.append({"n_tokens": n, "round": r, "position": pos, "t_client_s": t, "valid": True,
+                        "server_prefill_s": pre + (gap_s if n == L else 0.0),
+                        "server_decode_s": (n - 1) * tpt_ms / 1e3})
+    return out
+
+
+def test_the_corrected_estimator_removes_the_prefill_jitter_and_keeps_the_definition():
+    rows = rows_with_prefill(11.4, prefill_sd=0.008, seed=3)
+    plain = stats.cell_stats(rows, L, S)
+    corr = stats.cell_stats(rows, L, S, estimator="prefill-corrected")
+    assert corr.estimator == "prefill-corrected" and corr.client_estimate == pytest.approx(plain.estimate)
+    assert corr.estimate == pytest.approx(11.4, rel=0.002)
+    assert corr.half_width_rel < plain.half_width_rel / 3      # the jitter was most of the noise
+    assert corr.client_agrees is True and corr.client_gap_sd is not None
+    assert plain.client_agrees is None                          # nothing to check for the plain one
+
+
+def test_a_prefill_time_that_is_not_the_requests_own_is_flagged():
+    # the server reports 30 ms more prefill on every long request: the corrected estimate falls by
+    # 0.54 ms/token, the plain client one does not
+    corr = stats.cell_stats(rows_with_prefill(11.4, prefill_sd=0.001, gap_s=0.03), L, S,
+                            estimator="prefill-corrected")
+    assert corr.client_agrees is False
+    assert corr.client_gap == pytest.approx(0.03 / 56 * 1e3 / corr.estimate, rel=0.05)
+    assert any(w.startswith("estimator check") for w in corr.warnings)
+
+
+def test_a_missing_prefill_time_gives_no_corrected_value():
+    rows = rows_with_prefill(11.4)
+    rows[3]["server_prefill_s"] = None
+    from e2e.estimate import estimator_ms
+    assert estimator_ms(rows, L, S, "prefill-corrected") is None
+    assert estimator_ms(rows, L, S, "client") is not None
+
+
+@pytest.mark.parametrize("n", [3, 6, 10, 30])
+def test_median_variance_factor_by_an_independent_simulation(n):
+    """k * (MAD sd)^2 estimates the variance of a median of n normal values (tolerance 4 %:
+    20,000 samples here, each a Monte-Carlo error of ~1-2 %; 200,000 in the function)."""
+    k, df = stats.median_variance_factor(n)
+    x = np.random.default_rng(99).standard_normal((20_000, n)) * 3.0
+    med = np.median(x, axis=1)
+    s2 = np.array([stats.robust_scale(r) for r in x]) ** 2
+    assert k * s2.mean() == pytest.approx(med.var(), rel=0.04)
+    assert 0.3 * (n - 1) < df < 0.6 * (n - 1) + 1
+    assert stats.median_variance_factor(10_000)[0] == pytest.approx(np.pi / 20_000)
+
+
+def test_one_late_request_leaves_the_robust_noise_alone():
+    """The variance floor's defect: one +0.5 s request made a 6-round cell's bootstrap 10-50x wider.
+    The robust noise that the model uses moves by far less."""
+    rows = rows_for(11.0, rounds=6, noise=0.0008, seed=5)
+    clean = stats.cell_stats(rows, L, S)
+    rows[4]["t_client_s"] += 0.5
+    late = stats.cell_stats(rows, L, S)
+    assert late.log_se > 5 * clean.log_se
+    assert late.robust_log_var < 3 * clean.robust_log_var
