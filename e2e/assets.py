@@ -28,7 +28,7 @@ from typing import Any
 from e2e.errors import UserError
 from e2e.twin.build import build_twin
 from e2e.twin.command import parse_sets
-from e2e.twin.stamp import stamped, write_stamp
+from e2e.twin.stamp import check_buildable, finish_partial, stamped, start_partial, write_stamp
 
 DEFAULT_DIR = Path("assets")
 
@@ -158,13 +158,13 @@ def fetch_gguf(which: str, root: Path) -> Path:
     return gguf
 
 
-def convert_gguf(gguf: Path, out: Path, tokenizer_class: str | None) -> Path:
-    """GGUF -> bf16 safetensors folder that vLLM serves (transformers dequantizes on load)."""
+def convert_gguf(gguf: Path, out: Path, tokenizer_class: str | None, key: str) -> Path:
+    """GGUF -> bf16 safetensors folder that vLLM serves (transformers dequantizes on load), stamped
+    with `key` before it is moved into place."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = start_partial(out)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.bfloat16)
     # save_pretrained refuses a GGUF-loaded model until the quantizer is cleared.
     model.hf_quantizer = None
@@ -178,9 +178,8 @@ def convert_gguf(gguf: Path, out: Path, tokenizer_class: str | None) -> Path:
         data = json.loads(tc.read_text())
         data["tokenizer_class"] = tokenizer_class
         tc.write_text(json.dumps(data, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return out
+    write_stamp(tmp, key, {"source_gguf_sha256": sha256_file(gguf)})
+    return finish_partial(tmp, out, str(out))
 
 
 def build_model(which: str, root: Path) -> Path:
@@ -189,11 +188,10 @@ def build_model(which: str, root: Path) -> Path:
     key = f"{which}:{pin['gguf_sha256']}"
     if stamped(out, key):
         return out
+    check_buildable(out, str(out))  # a folder of that name the tool did not make: refused before a download
     gguf = fetch_gguf(which, root)
     # transformers 4.x cannot import TokenizersBackend; GPT2Tokenizer reads SmolLM2's BPE files.
-    convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None)
-    write_stamp(out, key, {"source_gguf_sha256": sha256_file(gguf)})
-    return out
+    return convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None, key)
 
 
 # -- command line --------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -57,11 +56,10 @@ def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") 
 def check_writable_folder(folder: Path, what: str) -> None:
     """One line, before anything is written, when `folder` cannot take a new file."""
     from e2e.errors import UserError
+    from e2e.safe_io import probe_writable
 
-    probe = folder / f".write-probe-{os.getpid()}"
     try:
-        probe.write_bytes(b"")
-        probe.unlink()
+        probe_writable(folder)
     except OSError as exc:
         raise UserError(f"{what}: {folder} is not writable: {exc.strerror}") from None
 

@@ -15,6 +15,7 @@ from typing import Any
 from e2e import estimate, report_md, tables
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.formats import VERSIONS
+from e2e.safe_io import check_closed, write_atomic
 from e2e.store import write_json_atomic
 
 SCHEMA_VERSION = VERSIONS["summary"]
@@ -83,6 +84,7 @@ CMP_COLS = ["arm", "reference", "depth", "scope", "pass", "ratio", "ratio_ci_lo"
 def write_report(run_dir: Path | str) -> list[Path]:
     """Analyse a run folder and write its report files into it; returns the paths written."""
     root = Path(run_dir)
+    check_closed(root)  # a link in the folder: refused before a row is read or a file written
     a = RunAnalysis(root)
     s = summary(a)
     s["gsm8k"] = [{"file": str(p.relative_to(root)), "content": c} for p, c in gsm8k_summaries(root)]
@@ -93,7 +95,7 @@ def write_report(run_dir: Path | str) -> list[Path]:
     tables.write_csv(root / "comparisons.csv", s["comparisons"], CMP_COLS, SCHEMA_VERSION)
     written += [root / "summary.csv", root / "comparisons.csv"]
     written += figures(a, root)
-    (root / "report.md").write_text(report_md.markdown(a, s))
+    write_atomic(root / "report.md", report_md.markdown(a, s))
     written.append(root / "report.md")
     return written
 

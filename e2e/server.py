@@ -19,6 +19,7 @@ import httpx
 import psutil
 
 from e2e.redact import redact_args, scrub, scrub_file, secret_values
+from e2e.safe_io import open_append
 
 SERVED_NAME = "bench-model"
 
@@ -201,7 +202,7 @@ class VllmServer:
                "E2E_SERVER_ID": self.server_id}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
-        with open(self.log_path, "ab") as log:
+        with open_append(self.log_path) as log:  # never through a link planted in the run folder
             log.write(f"# argv: {' '.join(redact_args(self.argv))}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
@@ -271,7 +272,7 @@ class VllmServer:
             pass
         left = _live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
         left = sorted(set(left) | set(self._sweep()))
-        with open(self.log_path, "ab") as log:
+        with open_append(self.log_path) as log:
             log.write(f"# stopped; left running: {left}\n".encode())
         scrub_file(self.log_path, self.secrets)
         return left

@@ -9,6 +9,9 @@
         cells/<cell>/    per-cell files written by other parts (routing records)
         .lock            held while a run writes here
 
+The folder is a closed world (e2e/safe_io.py): a symlink anywhere in it is refused before the lock
+is taken, rows are appended without following links, and JSON is replaced by rename.
+
 Rows are written once and analysed many times: every figure in a report is recomputed from them.
 A cell attempt that did not finish (interrupt, crash) leaves request rows with an attempt id that no
 cells.jsonl row names; analysis ignores them and `--resume` runs the cell again.
@@ -24,6 +27,7 @@ from typing import Any, Iterator
 
 from e2e import formats
 from e2e.errors import UserError
+from e2e.safe_io import check_closed, open_append, open_nofollow, probe_writable, real_dir, write_atomic
 
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
@@ -62,20 +66,17 @@ def _set_aside_torn_tail(path: Path) -> None:
     if not data or data.endswith(b"\n"):
         return
     cut = data.rfind(b"\n") + 1
-    with open(path.with_name(path.name + ".torn"), "ab") as t:
+    with open_append(path.with_name(path.name + ".torn")) as t:
         t.write(data[cut:] + b"\n")
-    with open(path, "r+b") as f:
-        f.truncate(cut)
+    fd = open_nofollow(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, cut)
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    data = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def _read_json(path: Path) -> Any:
@@ -127,9 +128,10 @@ class RunStore:
         self.close()
 
     def lock(self) -> None:
+        check_closed(self.root)  # before anything is written, the lock file included
         path = self.root / ".lock"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # a read-only folder fails here, before check_writable
             raise UserError(f"results folder {self.root} is not writable: {exc.strerror}") from None
         try:
@@ -142,10 +144,8 @@ class RunStore:
         self._lock_fd = fd
 
     def check_writable(self) -> None:
-        probe = self.root / f".write-probe-{os.getpid()}"
         try:
-            probe.write_text("x")
-            probe.unlink()
+            probe_writable(self.root)
         except OSError as exc:
             raise UserError(f"results folder {self.root} is not writable: {exc.strerror}") from None
 
@@ -171,8 +171,8 @@ class RunStore:
         """Keep the model's config.json in the run folder (its geometry is the HBM floor's input)."""
         src = Path(model_path) / "config.json"
         if src.is_file():
-            (self.root / MODEL_CONFIG).parent.mkdir(exist_ok=True)
-            self._guarded(lambda: (self.root / MODEL_CONFIG).write_bytes(src.read_bytes()))
+            real_dir(self.root, Path(MODEL_CONFIG).parent.name)
+            self._guarded(lambda: write_atomic(self.root / MODEL_CONFIG, src.read_bytes()))
 
     def write_plan(self, cells: list[dict[str, Any]]) -> None:
         self._guarded(lambda: write_json_atomic(self.root / PLAN, cells))
@@ -188,7 +188,7 @@ class RunStore:
             if f is None:
                 path = self.root / name
                 _set_aside_torn_tail(path)
-                f = self._files[name] = open(path, "ab", buffering=0)
+                f = self._files[name] = open_append(path)
             f.write(line)
             os.fsync(f.fileno())
 
@@ -221,12 +221,11 @@ class RunStore:
         return {r["cell_id"] for r in self.cells()}
 
     def log_path(self, name: str) -> Path:
-        return self.root / "logs" / f"{name}.log"
+        """logs/<name>.log; the server opens it without following a link (e2e/server.py)."""
+        return real_dir(self.root, "logs") / f"{name}.log"
 
     def cell_dir(self, cell_id: str) -> Path:
-        d = self.root / "cells" / cell_id
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+        return real_dir(self.root, "cells", cell_id)
 
 
 def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict]:

@@ -1,6 +1,7 @@
 """Every table, CSV and figure the tools write goes through here: one number formatter, one
 markdown table, one CSV-with-schema writer, one figure saver (report, compare, history, gsm8k,
-kernels_check, progress)."""
+kernels_check, progress). Files are written to a new name and renamed into place (e2e/safe_io.py):
+never written through a link, never left half-written."""
 from __future__ import annotations
 
 import csv
@@ -8,6 +9,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from e2e.safe_io import atomic_writer
 
 MISSING = "-"
 
@@ -36,7 +39,7 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def write_csv(path: Path, rows: Iterable[dict[str, Any]], cols: Sequence[str], version: int) -> Path:
     """A CSV whose first column is schema_version; lists and dicts are written as JSON."""
-    with open(path, "w", newline="") as f:
+    with atomic_writer(path, text=True) as f:
         w = csv.DictWriter(f, fieldnames=["schema_version", *cols], extrasaction="ignore")
         w.writeheader()
         for r in rows:
@@ -58,6 +61,9 @@ def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with atomic_writer(path) as f:
+            fig.savefig(f, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path

@@ -115,7 +115,7 @@ def test_disk_full_or_read_only_stops_with_clear_message_and_keeps_rows(tmp_path
 
 def test_unwritable_results_folder_is_refused_before_anything_starts(tmp_path, monkeypatch):
     s = RunStore.create(tmp_path / "r")
-    monkeypatch.setattr("pathlib.Path.write_text", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    monkeypatch.setattr("e2e.store.probe_writable", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     with pytest.raises(UserError, match="not writable"):
         s.__enter__()
 

@@ -22,6 +22,7 @@ from e2e.config import Config, config_difference, config_from_manifest, load_con
 from e2e.errors import UserError
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
+from e2e.safe_io import write_atomic
 from e2e.store import write_json_atomic
 from e2e.tables import pct
 
@@ -80,7 +81,7 @@ def run_gsm8k(cfg: Config, run_dir: Path, arm_names: list[str], limit: int | Non
         records[u] = rec
     summary = summarize(cfg, Path(run_dir), units, records, tasks, settings, aa, data, version)
     write_json_atomic(root / "summary.json", summary)
-    (root / "gsm8k.md").write_text(render_markdown(summary))
+    write_atomic(root / "gsm8k.md", render_markdown(summary))
     say(f"gsm8k verdict: {summary['verdict']}  ({root / 'summary.json'})")
     return summary
 

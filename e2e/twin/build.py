@@ -1,10 +1,10 @@
 """Build a twin folder: plan the tensors, write the shards, config, tokenizer and stamp, then move the
-finished folder into place (a half-written twin is never left under --out)."""
+finished folder into place (a half-written twin is never left under --out). Only a folder the tool
+made is replaced (e2e/twin/stamp.py)."""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import Any
 
 from e2e.errors import UserError
 from e2e.twin.shards import DEFAULT_SHARD_GB, write_shards
-from e2e.twin.stamp import stamped, write_stamp
+from e2e.twin.stamp import check_buildable, finish_partial, stamped, start_partial, write_stamp
 from e2e.twin.targets import Target, resolve_target
 from e2e.twin.tensors import tensor_plan
 from e2e.twin.tokenizer import add_gemma3_processor, install_tokenizer
@@ -49,15 +49,14 @@ def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
     key = twin_key(target, seed)
     if not force and stamped(out, key):
         return out
+    check_buildable(out, f"--out {out}")  # before the plan: a user's folder is refused at once
     specs = tensor_plan(target)
     total = sum(s.nbytes for s in specs)
     out.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(out.parent).free
     if free < total * 1.05:
         raise UserError(f"--out {out}: {total / 1e9:.1f} GB needed, {free / 1e9:.1f} GB free there")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = start_partial(out)
     t0 = time.monotonic()
     written = write_shards(specs, tmp, seed, int(shard_gb * 1e9))
     (tmp / "config.json").write_text(json.dumps(target.config, indent=2) + "\n")
@@ -72,7 +71,5 @@ def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
             "tokenizer_from": str(tokenizer_from) if tokenizer_from else None, "tokenizer_files": tok,
             "build_s": round(time.monotonic() - t0, 1), **written}
     write_stamp(tmp, key, info)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return out
+    return finish_partial(tmp, out, f"--out {out}")
 

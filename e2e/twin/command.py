@@ -10,7 +10,7 @@ from typing import Any
 from e2e.errors import UserError
 from e2e.twin.build import build_twin
 from e2e.twin.shards import DEFAULT_SHARD_GB
-from e2e.twin.stamp import STAMP
+from e2e.twin.stamp import STAMP, check_replaceable, write_stamp
 from e2e.twin.targets import BUILTINS
 from e2e.twin.tokenizer import pack_tokenizer
 
@@ -52,8 +52,11 @@ def main(a: argparse.Namespace) -> int:
     if a.out is None:
         raise UserError("twin needs --out DIR")
     if a.pack_tokenizer:
+        # It overwrites tokenizer files: only in a new or empty folder, or a pack it made before.
+        check_replaceable(a.out, f"--out {a.out}")
         out = pack_tokenizer(a.pack_tokenizer, a.out)
-        size = sum(f.stat().st_size for f in out.iterdir())
+        write_stamp(out, "tokenizer-pack", {"packed_from": str(a.pack_tokenizer)})
+        size = sum(f.stat().st_size for f in out.iterdir() if f.name != STAMP)
         print(f"{out} ({size / 1e6:.1f} MB)")
         return 0
     if not a.like:
