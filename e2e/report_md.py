@@ -219,14 +219,14 @@ def verdict_section(s: dict[str, Any]) -> list[str]:
     md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
            f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.", "",
            tables.markdown(
-               ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "p (Holm)",
+               ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "df", "p (Holm)",
                 "TOST p (Holm)", "MDE %", f"servers for MDE <= {num(target, '{:g}')} %", "verdict"],
                [[f"{c['arm']} / {c['reference']}", str(c["depth"]), f"{c['n_arm']} + {c['n_ref']}",
                  num(c["ratio"], "{:.3f}"),
                  interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")
                  + ("" if c.get("ci_kind") in (None, "between-server") else f" ({c['ci_kind']})"),
                  f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
-                 num(c.get("p_adjusted"), "{:.3g}"), num(c.get("p_equiv_adjusted"), "{:.3g}"),
+                 num(c.get("df"), "{:.1f}"), num(c.get("p_adjusted"), "{:.3g}"), num(c.get("p_equiv_adjusted"), "{:.3g}"),
                  num(c.get("mde_pct"), "{:.1f}"), _servers(c), f"**{c['decision']}**"] for c in pooled]), ""]
     mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
     hws = [c["ci_half_width_pct"] for c in pooled if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None]

@@ -164,8 +164,8 @@ def model_comparison(fit: vm.Fit | None, arm: str, ref: str, depth: int, ref_cel
         return _within(ref_cells, arm_cells, base, level)
     e = fit.contrast(arm, ref, depth)
     ratio = math.exp(e.value)
-    model = (f"variance model over every server and depth ({fit.design.components}; REML), "
-             f"Satterthwaite df {e.df:.1f}")
+    model = (f"one variance model over every server and depth ({fit.design.components}; REML, "
+             "Satterthwaite degrees of freedom per comparison)")
     out = Comparison(ratio, None, BETWEEN, None, None, e.df, e.se, model=model, decision=INCONCLUSIVE,
                      diff_ms=None, diff_ci=None, warnings=list(fit.warnings), **base)
     ma, mr = fit.mean(arm, depth), fit.mean(ref, depth)

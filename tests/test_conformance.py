@@ -108,7 +108,8 @@ def test_holm_controls_the_family(figs):
 
 @pytest.mark.parametrize("regime", ["cpu", "h200"])
 def test_the_adaptive_stop_keeps_its_coverage(figs, regime):
-    assert figs[f"adaptive_coverage_{regime}"].value >= 0.93
+    f = figs[f"adaptive_coverage_{regime}"]      # 93 %, less 3 Monte-Carlo se of its experiments
+    assert f.value >= 0.93 - cf.tol(0.95, f.n // 3)
     assert figs[f"adaptive_extra_{regime}"].value >= 1     # the pilot alone did not reach the target
 
 
