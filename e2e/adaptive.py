@@ -109,17 +109,15 @@ def plan_extra(cfg: Any, run_dir: Path, passes: int, elapsed_min: float) -> Deci
                  "round_s": {f"{k[0]}@{k[1]}": v for k, v in costs.round_s.items()}}
     cap = r.max_passes - passes
     dec.limit = f"max passes {r.max_passes}"
+    left_s = None
     if r.max_minutes is not None:
         left_s = max(0.0, (r.max_minutes - elapsed_min) * 60)
-        one = costs.of_pass(a.arms, a.depths, {d: cfg.workload.rounds for d in a.depths}, a.shared_servers)
-        by_time = int(left_s // one) if one > 0 else cap
-        if by_time < cap:
-            cap, dec.limit = by_time, f"max minutes {r.max_minutes:g} ({left_s / 60:.1f} left)"
+        dec.limit += f", max minutes {r.max_minutes:g} ({left_s / 60:.1f} left after the pilot)"
     if cap < 1:
         dec.stopped_by = STOP_CAPPED
         return dec
     alloc = planning.allocate(planning.Components.of(a.fit), list(a.fit.design.cells), a.arms, a.depths,
-                              a.shared_servers, costs, r.target_ci_pct, cap)
+                              a.shared_servers, costs, r.target_ci_pct, cap, max_cost_s=left_s)
     dec.allocation = alloc.to_dict()
     dec.extra_passes, dec.rounds = alloc.extra_passes, dict(alloc.rounds)
     dec.stopped_by = STOP_PLANNED if alloc.met else STOP_CAPPED

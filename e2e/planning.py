@@ -229,7 +229,7 @@ class Allocation:
 
 def allocate(comp: Components, existing: Sequence[vm.Cell], arms: Sequence[str], depths: Sequence[int],
              shared: bool, costs: Costs, target_ci_pct: float, max_extra_passes: int,
-             level: float = LEVEL) -> Allocation:
+             level: float = LEVEL, max_cost_s: float | None = None) -> Allocation:
     """The extra passes P (each a server per arm) and rounds R_d per depth for their cells that
     bring every comparison's predicted half-width within target_ci_pct at the least cost. For each
     P, each depth takes the fewest rounds of ROUND_GRID that meet its own target (a bisection;
@@ -267,12 +267,18 @@ def allocate(comp: Components, existing: Sequence[vm.Cell], arms: Sequence[str],
                 else:
                     lo = mid + 1
             rounds[d] = ROUND_GRID[lo]
-        h = hw(P, rounds)
         cost = P * costs.of_pass(arms, depths, rounds, shared)
+        if max_cost_s is not None and cost > max_cost_s:
+            rounds = {d: ROUND_GRID[0] for d in depths}      # affordable, if anything is
+            cost = P * costs.of_pass(arms, depths, rounds, shared)
+            if cost > max_cost_s:
+                break
+        h = hw(P, rounds)
         cand = Allocation(P, dict(rounds), {f"{a}@{d}": v for (a, d), v in h.items()}, cost, meets(h), 0)
         if best is None or (cand.met and (not best.met or cost < best.predicted_s)) or \
                 (not cand.met and not best.met):
             best = cand
-    assert best is not None
+    if best is None:        # not even one pass fits the budget
+        best = Allocation(0, {d: ROUND_GRID[0] for d in depths}, {}, 0.0, False, 0)
     best.considered = considered
     return best

@@ -33,7 +33,7 @@ def this_gpu() -> str | None:
 
 def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Components, str] | None:
     """The newest report under `folder` of the same model, tensor parallel and GPU with a variance
-    model: its components, and a line naming it. gpu None (planning on a machine without one): any
+    model that covers every planned depth: its components, and a line naming it. gpu None (planning on a machine without one): any
     GPU's run will do, and the line names the GPU it came from."""
     want = (model_identity(cfg.model.model_dump()), cfg.server.tensor_parallel_size, gpu)
     best = None
@@ -48,6 +48,8 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Compon
             have = (model_identity(mcfg.get("model") or {}), int((mcfg.get("server") or {}).get("tensor_parallel_size", 1)),
                     gpu_name(man))
             if have[:2] != want[:2] or (gpu is not None and have[2] != gpu):
+                continue
+            if not set(cfg.workload.depths) <= {int(g["depth"]) for g in vm_.get("groups") or []}:
                 continue
             started = man.get("started") or ""
             if best is None or started > best[0]:

@@ -88,3 +88,14 @@ def test_an_unreachable_target_says_so():
     costs = planning.Costs({"a": 90.0, "b": 90.0}, {(a, 1): 1.0 for a in "ab"}, {(a, 1): 1.0 for a in "ab"})
     alloc = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.5, 3)
     assert not alloc.met and alloc.extra_passes == 3
+
+
+def test_the_allocation_stays_within_a_time_budget():
+    comp = planning.Components(0.001 ** 2, 0.0, {(a, 1): (0.02 ** 2,) * 2 for a in "ab"})
+    existing = planning.hypothetical_cells(["a", "b"], [1], 2, {1: 6}, True, tag="pilot")
+    costs = planning.Costs({"a": 90.0, "b": 90.0}, {(a, 1): 2.0 for a in "ab"}, {(a, 1): 6.0 for a in "ab"})
+    free = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4)
+    tight = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4, max_cost_s=0.9 * free.predicted_s)
+    assert tight.predicted_s <= 0.9 * free.predicted_s
+    none = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4, max_cost_s=100.0)
+    assert none.extra_passes == 0 and not none.met          # one pass (two starts) costs more than 100 s
