@@ -34,7 +34,7 @@ from e2e import variance_model as vm
 
 POWER = 0.80
 MAX_PLAN_SERVERS = 64          # servers_needed above this: None ("more than 64")
-ROUND_GRID = (4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+ROUND_GRID = (5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)   # from 5: every cell keeps its own interval
 LEVEL = 0.95
 
 
