@@ -4,7 +4,7 @@
     python3 scripts/gpu/bundle_prune.py SITE PATTERNS-FILE MANIFEST
 
 Removes the files matching PATTERNS-FILE (fnmatch patterns relative to SITE, `#` comments; each must
-match at least one file, so a release that moved one is noticed) and drops them from the RECORD of
+match at least one file, so a release that moved one is noticed, unless marked `?`) and drops them from the RECORD of
 the distribution that lists them, so pip and importlib.metadata see a consistent install. Then writes
 MANIFEST: one line `sha256  size  path` per file, sorted, which is what "the same bundle" means
 whatever compressor packed it (make_bundle.sh prints its sha256).
@@ -36,8 +36,10 @@ def prune(site: Path, pats: list[str]) -> list[str]:
     present = files(site)
     gone = []
     for pat in pats:
+        optional = pat.startswith("?")
+        pat = pat.removeprefix("?")
         hit = [f for f in present if fnmatch.fnmatchcase(f, pat)]
-        if not hit:
+        if not hit and not optional:
             sys.exit(f"bundle_prune: pattern {pat!r} matches nothing in {site}: check the release's layout")
         gone += hit
     for f in gone:

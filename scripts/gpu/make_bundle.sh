@@ -57,10 +57,7 @@ PART_SUMS=""
 for ((i = 0; i < NPARTS; i++)); do PART_SUMS+="$(sha256sum "$BUILD/$NAME.part$i" | cut -d' ' -f1) "; done
 
 echo "== 5. $OUT/p0..p$((NPARTS - 1))"
-render() {  # the template with this bundle's facts filled in
-  sed -e "s|@VER@|$VER|g" -e "s|@NPARTS@|$NPARTS|g" -e "s|@WHOLE@|$WHOLE|g" -e "s|@PART_SUMS@|${PART_SUMS% }|g" \
-      -e "s|@NAME@|$NAME|g" "$1"
-}
+render() { VER=$VER NPARTS=$NPARTS NAME=$NAME WHOLE=$WHOLE PART_SUMS=${PART_SUMS% } bash "$HERE/bundle_render.sh" "$1"; }
 for ((i = 0; i < NPARTS; i++)); do
   mkdir -p "$OUT/p$i"
   mv "$BUILD/$NAME.part$i" "$OUT/p$i/"
