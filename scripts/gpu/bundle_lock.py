@@ -40,7 +40,7 @@ def norm(name: str) -> str:
 
 
 def names(path: Path) -> list[str]:
-    """Lines of a data file without comments; 'name==version' stays whole."""
+    """Lines of a data file (bundle/*.txt) without `#` comments; 'name==version' stays whole."""
     out = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -96,11 +96,8 @@ def kept(resolved: dict[str, tuple[str, set[str], list[str]]]) -> list[str]:
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def pin_files(resolved, keep: list[str], work: Path) -> list[str]:

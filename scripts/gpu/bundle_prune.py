@@ -18,14 +18,7 @@ import io
 import sys
 from pathlib import Path
 
-
-def patterns(path: Path) -> list[str]:
-    out = []
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(line)
-    return out
+from bundle_lock import names  # the data files' one format (run from this folder, as a script)
 
 
 def files(site: Path) -> list[str]:
@@ -77,7 +70,7 @@ def main() -> None:
     if len(sys.argv) != 4:
         sys.exit(__doc__.strip().splitlines()[2].strip())
     site, pats, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    gone = prune(site, patterns(pats))
+    gone = prune(site, names(pats))
     out.write_text(manifest(site))
     print(f"pruned {len(gone)} files from {site}; manifest {out}")
 

@@ -10,7 +10,9 @@
 #    (34 MiB: one part plus a checkout fits one 64 MiB device call);
 # 5. writes OUTDIR/p0..pN, each with its part, gpu-install.sh and gpu-env.sh, and OUTDIR/SHA256SUMS,
 #    and compares them with this version's entry in scripts/gpu/bundles.sha256 (RECORD=1 writes it).
-# Wheels and the site are kept in OUTDIR.build (reused by a rerun; delete it to free the disk).
+# Wheels and the site stay in OUTDIR.build (a rerun reuses the wheels; delete it to free the disk). Then
+# check the site's serve-time imports: python3 scripts/gpu/bundle_check.py OUTDIR.build/site [--against S]
+# Carry each OUTDIR/pN (34 MiB) in its own device call; on the machine: bash pN/gpu-install.sh DIR.
 set -euo pipefail
 VER=${1:?usage: make_bundle.sh VERSION OUTDIR}
 OUT=${2:?usage: make_bundle.sh VERSION OUTDIR}
