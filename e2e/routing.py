@@ -200,6 +200,13 @@ def routing_warnings(recs: list[dict[str, Any]], folded: dict[str, Any], checked
         for label, why in row["not_found"].items():
             out.append(f"hook {name!r} ({row['what']}) not found in {label}: {why}")
     for r in servers:
+        steps = (r.get("hook_status") or {}).get(targets.STEPS.name) or {}
+        forwards = sum(c.get("n", 0) for c in r.get("counts") or [] if str(c.get("path")).startswith("forward:"))
+        if steps.get("state") == targets.FOUND and forwards and not r.get("model_steps"):
+            # Hooked, yet attention ran and no step ended: this release steps through another method.
+            out.append(f"hook {targets.STEPS.name!r} ({targets.STEPS.what}) found in {_proc_label(r)} "
+                       f"(vLLM {r.get('vllm_version')}) at {steps.get('where')} but never fired while "
+                       f"{forwards} attention forwards ran: per-step counts missing")
         for k in ("config_error", "rank_error", "flush_error"):
             if r.get(k):
                 out.append(f"vLLM {r.get('vllm_version')}: {_proc_label(r)}: {k} {r[k]}")

@@ -1,8 +1,9 @@
 """The plugin and the harness side of arms, without a server.
 
-The widened gate is checked against the real gate source of both vLLM versions in play (0.32 in this
-venv, 0.26 from /work/ref when present); records are folded from constructed files; the entry-point
-shim is proven in this venv and in a second interpreter that does not have the project installed.
+The widened gate is checked against the real gate source of every vLLM version in play (0.32 in this
+venv; the GPU releases 0.23.0 and 0.26.0 from their excerpts in tests/data/vllm_excerpts); records
+are folded from constructed files; the entry-point shim is proven in this venv and in a second
+interpreter that does not have the project installed.
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ from e2e import routing as folding
 from e2e.config import ArmCfg, parse_config
 from e2e.errors import UserError
 from e2e.plugin import hooks, patches, recorder
+from tests import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_GATE = Path(sysconfig.get_paths()["purelib"]) / "vllm" / "platforms" / "rocm.py"
-REF_GATE = Path("/work/ref/vllm/platforms/rocm.py")  # vLLM 0.26.0 source, where it is extracted
 
 
 # -- the widened gate --------------------------------------------------------------------------
@@ -48,18 +49,21 @@ def _namespace(gfx1x: bool) -> dict:
     return {"torch": torch, "_ON_GFX1X": gfx1x, "_ON_GFX9": False, "on_cdna": lambda: False}
 
 
-GATE_SOURCES = [p for p in (VENV_GATE, REF_GATE) if p.is_file()]
+# (release, source of the gate): the venv's file, and the carried GPU releases' (not installable here).
+GATE_SOURCES = [(v, vllm_excerpts.Release(v, vllm_excerpts.load(v)).get("vllm/platforms/rocm.py", patches.GATE_FUNC))
+                for v in vllm_excerpts.carried()] + ([("venv", VENV_GATE.read_text())] if VENV_GATE.is_file() else [])
 
 
-@pytest.mark.parametrize("path", GATE_SOURCES, ids=[p.parent.parent.parent.name for p in GATE_SOURCES])
-def test_widened_gate_changes_only_the_gqa_lower_bound(path):
-    src = path.read_text()
-    code, detail = patches.compile_widened(src, str(path), "test")
+@pytest.mark.parametrize("release,src", GATE_SOURCES, ids=[v for v, _ in GATE_SOURCES])
+def test_widened_gate_changes_only_the_gqa_lower_bound(release, src):
+    path = f"vllm-{release}/vllm/platforms/rocm.py"
+    assert src, f"no gate source for vLLM {release}"
+    code, detail = patches.compile_widened(src, path, "test")
     assert "gqa_ratio >= 3" in detail["original_text"]
     for gfx1x in (True, False):
         ns = _namespace(gfx1x)
         widened = patches.build_widened(code, ns)
-        original = patches.build_widened(_compile_unmodified(src, str(path)), _namespace(gfx1x))
+        original = patches.build_widened(_compile_unmodified(src, path), _namespace(gfx1x))
         assert widened.cache_info().currsize == 0  # cached like the original
         differ = []
         grid = itertools.product((torch.bfloat16, torch.float16, torch.float32), (64, 128), (16, 32),

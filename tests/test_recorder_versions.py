@@ -19,6 +19,7 @@ import pytest
 from e2e import routing
 from e2e.config import ArmCfg
 from e2e.plugin import contract as pc
+from tests import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,8 +66,10 @@ if layer is not None:
     for step in range(4):
         for l in layers:
             l.impl.forward(l, None, None, None, Cache(), "metadata")
-        if hasattr(runner.GPUModelRunner, "execute_model"):
-            runner.GPUModelRunner().execute_model()
+        # The runner method the stand-in worker steps through (vLLM's: execute_model).
+        step = getattr(runner, "WORKER_CALLS", "execute_model")
+        if hasattr(runner.GPUModelRunner, step):
+            getattr(runner.GPUModelRunner(), step)()
 current_recorder().write(final=True)
 """
 
@@ -129,6 +132,42 @@ def test_the_v2_model_runner_of_vllm_026_on_a_gpu_is_hooked(tmp_path):
     worker = folded["processes"][0]
     assert worker["hook_status"]["steps"] == {"state": "found", "where": f"{V2_RUNNER}.GPUModelRunner.execute_model"}
     assert worker["model_steps"] == 4 and worker["serves_model"]
+
+
+def _gpu_layouts() -> list[tuple[str, str, str]]:
+    """(release, Attention module, model-runner module) of each carried GPU release, from its source."""
+    out = []
+    for v in vllm_excerpts.carried():
+        rel = vllm_excerpts.Release(v, vllm_excerpts.load(v))
+        (attn,) = [p for p in (vllm_excerpts.ATTN_NEW, vllm_excerpts.ATTN_OLD) if rel.get(p, "Attention.__init__")]
+        for runner in (V1_RUNNER, V2_RUNNER):
+            if rel.get(runner.replace(".", "/") + ".py", "GPUModelRunner.execute_model"):
+                out.append((v, attn[:-3].replace("/", "."), runner))
+    return out
+
+
+@pytest.mark.parametrize("version,attention_at,runner_at", _gpu_layouts())
+def test_each_gpu_release_layout_gives_complete_records(tmp_path, version, attention_at, runner_at):
+    # Where vLLM 0.23.0 / 0.26.0 keep the layer and each of their two GPU runners (read from their
+    # source): the recorder finds both and counts every step and every layer's forward.
+    folded = _serve(tmp_path, version, attention_at, FAKE_ATTENTION, RUNNER_OK, runner_at=runner_at)
+    assert folded["warnings"] == []
+    worker = folded["processes"][0]
+    assert worker["hook_status"]["steps"] == {"state": "found", "where": f"{runner_at}.GPUModelRunner.execute_model"}
+    assert worker["hook_status"]["attention"]["where"] == f"{attention_at}.Attention.__init__"
+    assert worker["model_steps"] == 4
+    assert folded["layer_classes"][0]["paths"] == {"forward:FakeImpl": 12}
+
+
+def test_a_steps_hook_that_never_fires_is_named(tmp_path):
+    # A release whose worker steps through another method: execute_model exists (hooked) but is
+    # never called, so per-step counts would be silently empty.
+    runner = ("WORKER_CALLS = 'execute_model_async'\nclass GPUModelRunner:\n"
+              "    def execute_model(self):\n        return 1\n    def execute_model_async(self):\n        return 2\n")
+    folded = _serve(tmp_path, "9.9.3", NEW_LAYOUT, FAKE_ATTENTION, runner)
+    (w,) = folded["warnings"]
+    assert w.startswith("hook 'steps' (the model runner's step") and "(vLLM 9.9.3)" in w
+    assert f"at {V1_RUNNER}.GPUModelRunner.execute_model but never fired while 12 attention forwards ran" in w
 
 
 def test_hooks_that_do_not_match_the_version_are_named_not_an_empty_table(tmp_path):

