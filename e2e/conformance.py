@@ -209,6 +209,12 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
     return out
 
 
+def at_32k(sim: Sim, rg: Regime, k: int, effect: float) -> v.Comparison:
+    """One experiment, a true change at 32K only; its 32K comparison, decided with its family."""
+    fam = family(sim.experiment(rg, k, {"ref": {}, "arm": {DEPTHS[-1]: effect}}), "ref", rg.min_effect)
+    return next(c for _, d, c in fam if d == DEPTHS[-1])
+
+
 def power_figures(sim: Sim, n: int) -> list[Figure]:
     """Power at the printed MDE. The change is at 32K only (the others A/A), so Holm's first step
     is the one that applies, as the MDE assumes."""
@@ -220,20 +226,12 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
         se, df = planning.predict(comp, cells, "ref", [("arm", DEPTHS[-1])])[("arm", DEPTHS[-1])]
         mde = planning.mde_pct(se, df, v.family_step(3, ALPHA), rg.min_effect)
         d = f"true change at 32K = the MDE of the true variance ({mde:.2f} %), {name}, {k} servers per arm"
-        hits = [next(c for _, dd, c in family(sim.experiment(rg, k, {"ref": {}, "arm": {DEPTHS[-1]: mde / 100}}),
-                                                "ref", rg.min_effect) if dd == DEPTHS[-1]).decision == v.SLOWER
-                for _ in range(n)]
-        r = _rate(hits)
+        r = _rate([at_32k(sim, rg, k, mde / 100).decision == v.SLOWER for _ in range(n)])
         out.append(Figure(f"mde_power_true_{name}", '"slower" (power)', d, r, n,
                           f"80 % +- {100 * (tol(0.8, n) + 0.03):.1f}", abs(r - 0.80) <= tol(0.8, n) + 0.03))
-        printed = [next(c for _, dd, c in family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", rg.min_effect)
-                        if dd == DEPTHS[-1]).mde_pct for _ in range(n)]
-        med = float(np.median(printed))
+        med = float(np.median([at_32k(sim, rg, k, 0.0).mde_pct for _ in range(n)]))
         d = f"true change at 32K = the median printed MDE ({med:.2f} %), {name}, {k} servers per arm"
-        hits = [next(c for _, dd, c in family(sim.experiment(rg, k, {"ref": {}, "arm": {DEPTHS[-1]: med / 100}}),
-                                                "ref", rg.min_effect) if dd == DEPTHS[-1]).decision == v.SLOWER
-                for _ in range(n)]
-        r = _rate(hits)
+        r = _rate([at_32k(sim, rg, k, med / 100).decision == v.SLOWER for _ in range(n)])
         # the median printed se is below the true se, so the median printed MDE has less than 80 %
         out.append(Figure(f"mde_power_median_{name}", '"slower" (power)', d, r, n,
                           f"55 to 92 % (+-{100 * tol(0.8, n):.1f} MC)", 0.55 - tol(0.8, n) <= r <= 0.92 + tol(0.8, n)))
