@@ -271,8 +271,11 @@ class VllmServer:
             pass
         left = _live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
         left = sorted(set(left) | set(self._sweep()))
-        with open(self.log_path, "ab") as log:
-            log.write(f"# stopped; left running: {left}\n".encode())
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(f"# stopped; left running: {left}\n".encode())
+        except OSError:  # a full disk: the scrub below matters more than this line
+            pass
         scrub_file(self.log_path, self.secrets)
         return left
 
