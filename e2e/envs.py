@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from e2e.config import first_error
 from e2e.env_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state  # noqa: F401 (the API)
 from e2e.errors import UserError
 
@@ -74,13 +76,13 @@ def cache_root(cli_value: str | None = None) -> Path:
 def check_cache(cache: Path, label: str) -> None:
     """One line when the cache folder cannot be one: it, or a folder above it, is a file."""
     try:
-        if not cache.is_dir() and os.path.lexists(cache):
-            raise NotADirectoryError(20, "is a file, not a folder")
-        os.stat(cache)
+        st = os.stat(cache)
     except FileNotFoundError:
-        pass  # made on first build
-    except OSError as exc:
+        return  # made by the first build
+    except OSError as exc:  # a folder above it is a file (ENOTDIR), a loop, no permission
         raise UserError(f"env: {label}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"env: {label}: is a file, not a folder")
 
 
 def env_key(spec: EnvSpec, python: dict[str, str], pins: list[str], constraints: str | None = None) -> str:
@@ -147,7 +149,6 @@ def stamp_of(venv: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         Stamp.model_validate(s)
     except ValidationError as exc:
-        from e2e.config import first_error
         return None, f"{path}: {first_error(exc)}"
     return s, None
 

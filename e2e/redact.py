@@ -7,8 +7,8 @@ Two mechanisms, because a secret reaches files two ways:
 - by VALUE: what a server prints on its own (vLLM logs its non-default arguments; a crashing
   server may dump its environment) is scrubbed afterwards: every value of a secret-named variable
   or flag the server was given, and the API key, is replaced in its log file and in any log tail
-  kept in a row (scrub, scrub_file), in every spelling a server or Python prints it (spellings:
-  JSON, repr, URL-encoded, shell-quoted, and those escaped once more).
+  kept in a row (scrub, scrub_file), in each spelling a server or Python prints a value with
+  (spellings: JSON, repr and ascii(), URL-encoded, shell-quoted, and those escaped once more).
 A flag is a secret flag by its name, in argparse's abbreviations too (`--hf-tok` is `--hf-token`
 to vLLM), and a config's args are redacted as the server receives them: server.extra_args then
 the arm's args, so a secret flag ending one hides the value that starts the other.

@@ -64,7 +64,7 @@ def test_a_wrong_type_in_the_manifest_is_one_line_and_changes_nothing(run_copy, 
     assert digest(run_copy) == before
 
 
-@pytest.mark.parametrize("path, value, field", WRONG_TYPES[:8])
+@pytest.mark.parametrize("path, value, field", [WRONG_TYPES[i] for i in (0, 2, 4, 6)])  # the fields history hit
 def test_history_skips_a_run_with_a_wrong_type_and_names_it(finished_run, tmp_path, capsys, path, value, field):
     folder = tmp_path / "runs"
     for name in ("good1", "bad", "good2"):
