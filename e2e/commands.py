@@ -7,9 +7,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
+import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from e2e.errors import UserError
 
 
 DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
@@ -21,6 +25,33 @@ def csv_ints(s: str) -> list[int]:
         return [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+
+
+def number(flag: str, kind: type, least: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` >= least (floats: > least), else one line naming the flag
+    (a UserError passes through argparse to cli.main). NaN and inf are refused here, before a run
+    folder exists, not by the code that would use them hours later."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v < least or (kind is float and v == least):
+            raise UserError(f"{flag} {text!r}: give {what}")
+        return v
+    return parse
+
+
+def positive_int(flag: str) -> Callable[[str], int]:
+    return number(flag, int, 1, "a positive whole number")
+
+
+def count(flag: str) -> Callable[[str], int]:
+    return number(flag, int, 0, "a whole number, 0 or more")
+
+
+def positive(flag: str) -> Callable[[str], float]:
+    return number(flag, float, 0, "a positive finite number")
 
 
 def add_config_flag(p: argparse.ArgumentParser) -> None:
@@ -41,7 +72,6 @@ def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") 
     """results/<run-id>: the run id given, or a time stamp and the config's name. A run id is a
     plain name (letters, digits, '_', '.', '-'; no '..'), never a path: a run stays under its root."""
     from e2e.config import is_plain_name
-    from e2e.errors import UserError
 
     name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}{suffix}"
     if not is_plain_name(name):
@@ -55,7 +85,6 @@ def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") 
 
 def check_writable_folder(folder: Path, what: str) -> None:
     """One line, before anything is written, when `folder` cannot take a new file."""
-    from e2e.errors import UserError
     from e2e.safe_io import probe_writable
 
     try:
@@ -93,28 +122,30 @@ class Run(Command):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         add_config_flag(p)
         p.add_argument("--order", help="stock-first | widened-first | <arm>-first | both")
-        p.add_argument("--passes", type=int, help="passes, alternating the arm order")
+        p.add_argument("--passes", type=positive_int("--passes"), help="passes, alternating the arm order")
         p.add_argument("--depths", type=csv_ints, help="comma-separated context depths in tokens")
         add_arms_flag(p, "the first is the reference")
-        p.add_argument("--reps", type=int, help="timed rounds per cell (workload.rounds)")
+        p.add_argument("--reps", type=positive_int("--reps"), help="timed rounds per cell (workload.rounds)")
         add_run_folder_flags(p)
         p.add_argument("--model", help="model path or hub name")
-        p.add_argument("--tp", type=int, help="tensor parallel size")
+        p.add_argument("--tp", type=positive_int("--tp"), help="tensor parallel size")
         p.add_argument("--server-mode", choices=("fresh", "per-arm-pass"),
                        help="fresh server per cell (default) or one per arm and pass")
-        p.add_argument("--retries", type=int, help="fresh-server retries of a failed cell")
-        p.add_argument("--target-ci", type=float, metavar="PCT",
+        p.add_argument("--retries", type=count("--retries"), help="fresh-server retries of a failed cell")
+        p.add_argument("--target-ci", type=positive("--target-ci"), metavar="PCT",
                        help="add passes (servers per arm, counterbalanced) until every arm ratio's 95 %% "
                             "interval is within +-PCT %% (or --max-passes / --max-minutes)")
-        p.add_argument("--max-passes", type=int, help="adaptive replication: at most this many passes")
-        p.add_argument("--max-minutes", type=float, help="adaptive replication: no new pass after this long")
+        p.add_argument("--max-passes", type=positive_int("--max-passes"),
+                       help="adaptive replication: at most this many passes")
+        p.add_argument("--max-minutes", type=positive("--max-minutes"),
+                       help="adaptive replication: no new pass after this long")
         p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
         p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
         p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
         p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
         p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
         p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
-        p.add_argument("--limit", type=int, help="gsm8k: only the first N questions")
+        p.add_argument("--limit", type=count("--limit"), help="gsm8k: only the first N questions (0 = all)")
         p.add_argument("--gsm8k-aa", metavar="ARM", help="gsm8k: also run ARM on a second fresh server (A/A)")
         add_executor_flags(p)
 
@@ -145,12 +176,14 @@ class Run(Command):
             given = [flag for dest, flag in RESUME_REFUSES.items()
                      if getattr(a, dest, None) is not None and getattr(a, dest) is not False]
             if given:
-                from e2e.errors import UserError
                 raise UserError(f"--resume: {', '.join(given)} cannot change a run (it keeps the config and "
                                 "plan it recorded); drop it, or start a new run")
             return session.resume(Path(a.resume), make_console(stderr=True), opts)
         arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
         cfg = load_config(a.config or DEFAULT_CONFIG, self.overrides(a), arms=arms)
+        names = [x.name for x in cfg.arms]
+        if a.gsm8k_aa and a.gsm8k_aa not in names:  # else refused only after the cells ran
+            raise UserError(f"--gsm8k-aa: no arm named {a.gsm8k_aa!r} (have: {', '.join(names)})")
         cells = make_plan(cfg)
         if a.dry_run:
             return _print_plan(cfg, cells, a.json)
@@ -164,13 +197,14 @@ def add_executor_flags(p: argparse.ArgumentParser) -> None:
                         "tasks on a cluster's GPUs or nodes (pip install 'vllm-e2e-bench[ray]')")
     p.add_argument("--ray-address", metavar="ADDR",
                    help="a running Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one")
-    p.add_argument("--max-per-host", type=int, metavar="N",
+    p.add_argument("--max-per-host", type=positive_int("--max-per-host"), metavar="N",
                    help="ray: at most N cells at once per host (default 1: side by side they share CPUs, "
                         "PCIe and host memory)")
-    p.add_argument("--max-slots", type=int, metavar="N", help="ray: use at most N slots (GPU sets or nodes)")
+    p.add_argument("--max-slots", type=positive_int("--max-slots"), metavar="N",
+                   help="ray: use at most N slots (GPU sets or nodes)")
     p.add_argument("--slot-balance", choices=("warn", "strict"),
                    help="ray: when the arms cannot be spread evenly over the slots, warn (default) or refuse")
-    p.add_argument("--cpus-per-cell", type=float, metavar="N",
+    p.add_argument("--cpus-per-cell", type=positive("--cpus-per-cell"), metavar="N",
                    help="ray: CPUs a cell asks of Ray (default: its node's CPUs / the node's slots)")
 
 
@@ -234,7 +268,6 @@ class Report(Command):
         p.add_argument("run_dir", help="a run folder (results/<run-id>)")
 
     def run(self, a: argparse.Namespace) -> int:
-        from e2e.errors import UserError
         from e2e.report import write_report
 
         run_dir = Path(a.run_dir)
@@ -254,7 +287,6 @@ class CompareCommand(Delegate):
 
     def run(self, a: argparse.Namespace) -> int:
         if getattr(a, "json", None):
-            from e2e.errors import UserError
             target = Path(a.json)
             if target.is_dir():
                 raise UserError(f"--json {target}: is a folder; give a file name")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator,
                       model_validator)
@@ -30,6 +30,53 @@ HARNESS_FLAGS = ("--host", "--port", "--api-key", "--served-model-name", "--enab
 HARNESS_SHORT_FLAGS = {"-tp": "--tensor-parallel-size"}
 
 
+# Bounds that keep a value from passing validation and failing once a run folder exists.
+# Token counts: prompts are built in memory, and no served model has a context near 2**24 tokens.
+MAX_TOKENS = 2**24
+MAX_VOCAB = 2**24           # the sampler holds every token id (the largest vocabularies are ~2**18)
+MAX_PASSES = 1000           # the plan holds every cell before anything starts
+# The decision rule: an alpha of 0.5 or more is no test; a min effect above 50 % calls a 2x
+# slowdown "equivalent". compare and history read them from a manifest with the same bounds.
+ALPHA = {"gt": 0, "lt": 0.5}
+MIN_EFFECT_PCT = {"gt": 0, "le": 50}
+Tokens = Annotated[StrictInt, Field(le=MAX_TOKENS)]
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    """Names a process environment can hold (os.environ and execve refuse these)."""
+    for k in env:
+        if not k:
+            raise ValueError("variable name '' is empty")
+        if "=" in k:
+            raise ValueError(f"variable name {k!r} holds '='")
+    return env
+
+
+def _bad_text(x: str) -> str | None:
+    if "\x00" in x:
+        return "holds a NUL byte"
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid text (a lone surrogate)"
+    return None
+
+
+def text_problem(data: Any, path: str = "") -> str | None:
+    """The first string, key or value, that no process can take: a NUL byte ends it in C (argv,
+    env, paths); a lone surrogate (possible in a manifest's JSON) cannot be encoded."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for k, v in items:
+        where = f"{path}.{k}" if path else str(k)
+        why = _bad_text(k) if isinstance(k, str) else None
+        if why:
+            return f"{path or 'config'}: key {k!r} {why}"
+        why = _bad_text(v) if isinstance(v, str) else text_problem(v, where)
+        if why:
+            return f"{where}: {why}" if isinstance(v, str) else why
+    return None
+
+
 def is_plain_name(s: str) -> bool:
     return bool(PLAIN_NAME.fullmatch(s)) and ".." not in s
 
@@ -46,18 +93,19 @@ def harness_flag(arg: str) -> str | None:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity pass every bound (or stand for "never"): a finite number or an error.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelCfg(_Frozen):
     path: str = Field(min_length=1, description="local folder or hub name")
     tokenizer: str | None = None
-    max_model_len: StrictInt | None = Field(default=None, gt=0)
+    max_model_len: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
     # Context length of the model itself, when the config cannot be read (hub names);
     # used to reject depth + long_tokens beyond it before anything starts.
-    context_len: StrictInt | None = Field(default=None, gt=0)
+    context_len: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
     # Token ids for random prompts come from the local folder's tokenizer; set this for a hub name.
-    vocab_size: StrictInt | None = Field(default=None, gt=100)
+    vocab_size: StrictInt | None = Field(default=None, gt=100, le=MAX_VOCAB)
     twin_of: str | None = None  # set for random-weight twins: reports must never call it the real model
 
 
@@ -84,14 +132,19 @@ class ServerCfg(_Frozen):
     # manifest (harness_flag_overrides) and stated at the top of report.md.
     allow_harness_flag_overrides: bool = False
 
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
+
 
 class WorkloadCfg(_Frozen):
-    depths: tuple[StrictInt, ...] = Field(min_length=1)  # strict: `depths = [true]` is not 1
-    long_tokens: StrictInt = Field(default=64, gt=1)
-    short_tokens: StrictInt = Field(default=8, gt=0)
+    depths: tuple[Tokens, ...] = Field(min_length=1)  # strict: `depths = [true]` is not 1
+    long_tokens: Tokens = Field(default=64, gt=1)
+    short_tokens: Tokens = Field(default=8, gt=0)
     rounds: StrictInt = Field(default=10, ge=1)
     warmup_rounds: StrictInt = Field(default=1, ge=0)
-    seed: StrictInt = 0
+    seed: StrictInt = Field(default=0, ge=0)  # numpy's generator takes no negative seed
     # Adaptive precision (stats issue): keep measuring until CI half-width < target_ci_pct.
     target_ci_pct: float | None = Field(default=None, gt=0)
     max_rounds: StrictInt = Field(default=50, ge=1)
@@ -121,15 +174,15 @@ DEFAULT_PASSES = 4  # servers per arm when nothing says otherwise: df 6 for the 
 class RunCfg(_Frozen):
     order: str = "stock-first"
     # Passes alternate which arm leads; each pass is one server per arm (per cell in fresh mode).
-    passes: StrictInt | None = Field(default=None, ge=1)  # None: DEFAULT_PASSES
+    passes: StrictInt | None = Field(default=None, ge=1, le=MAX_PASSES)  # None: DEFAULT_PASSES
     # Adaptive replication: add passes until every pooled arm-ratio interval is narrower than
     # +-target_ci_pct % (or max_passes / max_minutes is reached); None: the planned passes only.
     target_ci_pct: float | None = Field(default=None, gt=0)
-    max_passes: StrictInt = Field(default=12, ge=2)
+    max_passes: StrictInt = Field(default=12, ge=2, le=MAX_PASSES)
     max_minutes: float | None = Field(default=None, gt=0)
     out: str = "results"
     fail_fast: bool = False
-    retries: StrictInt = Field(default=1, ge=0)  # fresh-server retries of a cell whose server failed
+    retries: StrictInt = Field(default=1, ge=0, le=100)  # fresh-server retries of a cell whose server failed
 
 
 class ArmCfg(_Frozen):
@@ -139,6 +192,11 @@ class ArmCfg(_Frozen):
     patches: tuple[str, ...] = ()
     python: str | None = None  # another interpreter = another vLLM installation
     description: str = ""
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
 
     @field_validator("name")
     @classmethod
@@ -164,19 +222,19 @@ class Gsm8kCfg(_Frozen):
     num_concurrent: StrictInt = Field(default=8, ge=1)
     chat: bool = False
     max_gen_toks: StrictInt = Field(default=256, gt=0)
-    max_accuracy_drop: float = Field(default=0.01, ge=0)  # verdict bound, absolute fraction
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    max_accuracy_drop: float = Field(default=0.01, ge=0, lt=1)  # verdict bound, absolute fraction
+    alpha: float = Field(default=0.05, **ALPHA)
 
 
 class StatsCfg(_Frozen):
-    min_effect_pct: float = Field(default=2.0, ge=0)
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    min_effect_pct: float = Field(default=2.0, **MIN_EFFECT_PCT)
+    alpha: float = Field(default=0.05, **ALPHA)
     # Which per-request time is differenced (e2e/estimate.py): "auto" = the client's wall time minus
     # the server's own prefill time where every row has it and the check against the plain client
     # estimate passes, else the plain client estimate (with a warning); "client" = always the plain one.
     estimator: Literal["auto", "client"] = "auto"
     # The MDE the planning figures aim at ("servers per arm for an MDE <= X %"); None: 2 x min_effect.
-    target_mde_pct: float | None = Field(default=None, gt=0)
+    target_mde_pct: float | None = Field(default=None, gt=0, le=100)
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
     # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/bandwidth.py).
     measure_bandwidth: bool = True
@@ -192,6 +250,14 @@ class Config(_Frozen):
     arms: tuple[ArmCfg, ...] = Field(min_length=1)
     gsm8k: Gsm8kCfg = Gsm8kCfg()
     stats: StatsCfg = StatsCfg()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        problem = text_problem(data) if isinstance(data, dict) else None
+        if problem:
+            raise ValueError(problem)
+        return data
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
@@ -267,7 +333,8 @@ def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
     return [first] + [n for n in names if n != first]
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first error of a validation, one line: the dotted field, then what is wrong with it."""
     err = exc.errors()[0]
     # a key is the user's text: one that would break the one line is shown quoted
     loc = ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"])
@@ -276,6 +343,8 @@ def _first_error(exc: ValidationError) -> str:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "required field missing"
+    elif err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"should be a table (an object), not {type(err['input']).__name__}"
     return f"{loc}: {msg}" if loc else msg
 
 
@@ -283,7 +352,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise UserError(f"{source}: {_first_error(exc)}") from None
+        raise UserError(f"{source}: {first_error(exc)}") from None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None,

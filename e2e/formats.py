@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from e2e import manifest_model
 from e2e.errors import UserError
 
 
@@ -129,14 +130,15 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def read_manifest(data: Any, source: str) -> dict[str, Any]:
-    """A manifest is a JSON object of a known version."""
+    """A manifest is a JSON object of a known version whose fields have the types its readers use
+    (e2e/manifest_model.py)."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: not a JSON object (file damaged)")
     v = data.get("schema_version")
     if v != VERSIONS["manifest"]:
         raise UserError(f"{source}: schema_version {v!r} but this harness reads {VERSIONS['manifest']}; "
                         "use the harness version that wrote it")
-    return data
+    return manifest_model.check(data, source)  # the fields every reader uses, typed
 
 
 def read_plan(data: Any, source: str) -> list[dict[str, Any]]:

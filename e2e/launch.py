@@ -25,6 +25,7 @@ from e2e.config import ArmCfg, Config, config_to_dict, harness_flag_overrides
 from e2e.errors import UserError
 from e2e.redact import redact_args, redact_config, redact_env
 from e2e.formats import VERSIONS, now
+from e2e.manifest_model import config_hash
 from e2e.plugin import contract as pc
 from e2e.plan import Cell
 from e2e.server import ServerSpec
@@ -153,6 +154,7 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
 
 
 def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any]:
+    config = redact_config(config_to_dict(cfg))
     pythons = {a.name: server_python(cfg, a) for a in cfg.arms}
     installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
     gpu = mf.gpu_driver()
@@ -169,7 +171,7 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
     return {
         "schema_version": VERSIONS["manifest"], "run_id": run_id, "tool": "vllm-e2e-bench",
         "started": now(), "ended": None, "status": "running",
-        "config": redact_config(config_to_dict(cfg)), "n_cells": len(cells),
+        "config": config, "config_sha256": config_hash(config), "n_cells": len(cells),  # resume checks the hash
         "server_mode": cfg.server.mode,
         # Set only with server.allow_harness_flag_overrides: which args override the harness's own.
         **({"harness_flag_overrides": [f"{w}: {arg} (sets {flag})" for w, arg, flag in

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from e2e.errors import UserError
 from e2e.redact import redact_args, scrub, scrub_file, secret_values
 from e2e.safe_io import open_append
 
@@ -272,8 +273,11 @@ class VllmServer:
             pass
         left = _live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
         left = sorted(set(left) | set(self._sweep()))
-        with open_append(self.log_path) as log:
-            log.write(f"# stopped; left running: {left}\n".encode())
+        try:
+            with open_append(self.log_path) as log:
+                log.write(f"# stopped; left running: {left}\n".encode())
+        except (OSError, UserError):  # a full disk, a planted link: the scrub below matters more
+            pass
         scrub_file(self.log_path, self.secrets)
         return left
 

@@ -20,6 +20,7 @@ from e2e.executors import ExecutorOptions, LocalExecutor, create as create_execu
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
 from e2e.launch import build_manifest, check_launchable
+from e2e.manifest_model import check_unchanged
 from e2e.plan import Cell, next_pass
 from e2e.progress import Progress, cells_table
 from e2e.runner import make_sampler
@@ -61,6 +62,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
     store = RunStore.open_existing(run_dir)
     with store:
         m = store.manifest()
+        check_unchanged(m, f"{run_dir}/manifest.json")  # an edited config: refused before anything is written
         cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
         store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
         cells = [Cell.from_dict(c) for c in store.plan()]
