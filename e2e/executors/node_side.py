@@ -27,7 +27,7 @@ from e2e.store import CELLS
 Send = Callable[[tuple], None]
 _ATTEMPT = re.compile(r"^(\d+)-")
 _ERROR_ATTEMPT = re.compile(r"\battempt (\d+):")
-_RECORDS = re.compile(r"^records-a(\d+)$")
+_RECORDS = re.compile(r"^(records|gpu)-a(\d+)$")  # per-attempt folders: routing records, GPU samples
 
 
 def scratch_root(run_root: str) -> Path:
@@ -135,7 +135,7 @@ def task_files(task: Path, offset: int, secrets: frozenset[str] = frozenset()) -
         parts = list(p.relative_to(task).parts)
         for i, part in enumerate(parts):
             if (m := _RECORDS.match(part)):
-                parts[i] = f"records-a{int(m[1]) + offset}"
+                parts[i] = f"{m[1]}-a{int(m[2]) + offset}"
         data = p.read_bytes()
         if parts[0] == "logs":
             for s in sorted(secrets, key=len, reverse=True):
