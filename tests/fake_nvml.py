@@ -11,8 +11,8 @@ probe). gpu_state's schedule names the ticks: pre-start, ready, warm, round R...
 
 Script, as configure(dict) in-process or a JSON file named by E2E_FAKE_NVML_SCRIPT:
     gpus          how many GPUs (default 1)
-    own_tag       list, on every GPU, the live processes whose E2E_SERVER_TAG starts with this (the
-                  run's servers); default: this process's children that carry E2E_SERVER_ID
+    (always)      every GPU lists this process's children that carry E2E_SERVER_ID: the servers this
+                  harness (or Ray task) started, as NVML lists a server's processes on its GPUs
     init_error    nvmlInit raises NVMLError with this text
     unsupported   names of functions that raise NVMLError ("Not Supported")
     events        [{"from": t0, "to": t1 (exclusive; default forever), "probe": k (the k-th
@@ -113,16 +113,13 @@ def nvmlDeviceGetName(h: int) -> str:
 
 
 def _own_pids() -> list[int]:
-    tag = _script().get("own_tag")
-    procs = psutil.process_iter() if tag else psutil.Process().children(recursive=True)
     out = []
-    for p in procs:
+    for p in psutil.Process().children(recursive=True):
         try:
-            env = p.environ()
+            if "E2E_SERVER_ID" in p.environ():
+                out.append(p.pid)
         except (psutil.Error, OSError):
             continue
-        if (env.get("E2E_SERVER_TAG", "").startswith(tag) if tag else "E2E_SERVER_ID" in env):
-            out.append(p.pid)
     return out
 
 

@@ -100,16 +100,17 @@ def harness(*args: str, **kw) -> subprocess.Popen:
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 
-def cluster(versions: tuple[str, ...] = ("1.0", "1.0")):
+def cluster(versions: tuple[str, ...] = ("1.0", "1.0"), envs: tuple[dict, ...] = ()):
     """A Ray cluster on this host (starting one costs ~20 s here): a head without CPUs (the
     driver's node: it takes no cell) and a node of one CPU per entry of `versions`, whose
-    environment makes the stand-in report that vLLM version."""
+    environment makes the stand-in report that vLLM version (plus envs[i], if given)."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                       "object_store_memory": 100 * 2**20})
-    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * 2**20, env_vars={"STANDIN_VLLM": v})
-             for v in versions]
+    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * 2**20,
+                        env_vars={"STANDIN_VLLM": v, **(envs[i] if i < len(envs) else {})})
+             for i, v in enumerate(versions)]
     c.wait_for_nodes()
     return c, nodes
 

@@ -18,6 +18,7 @@ import pytest
 
 from e2e import gpu_state, report_gpu
 from e2e.cli import main
+from e2e.errors import UserError
 from e2e.store import counted_requests, read_jsonl
 from tests import fake_nvml
 from tests.test_executor_support import standin, standin_cfg  # noqa: F401
@@ -297,3 +298,33 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
     env = {**os.environ, "E2E_FAKE_NVML": str(ROOT / "tests" / "fake_nvml.py"), "E2E_FAKE_NVML_SCRIPT": str(script)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "nvml [1]"
+
+
+# -- the Ray driver's side (the node side, on a real Ray cluster: test_gpu_state_ray.py, slow) ----------
+def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none_is_left(monkeypatch):
+    """The driver's decision on a task that raised GpuBusy on its node (no cluster: the decision only)."""
+    pytest.importorskip("ray")
+    from e2e.executors import ExecutorOptions, ray_executor as rx
+    from e2e.executors.slots import Slot
+    from e2e.plan import Cell
+
+    monkeypatch.setattr(rx.rc, "alive_node_ids", lambda: {"n1", "n2", "n3"})
+    ex = rx.RayExecutor(ExecutorOptions(kind="ray"))
+    ex.slots = [Slot(f"s{i}", f"n{i}", "h", (0,), 1.0) for i in (1, 2, 3)]
+    notes = []
+    ex.progress = type("P", (), {"note": lambda self, t: notes.append(t)})()
+    ex.finished = {"p1-d16-a"}
+    cells = [Cell(i, 1, "a", d, "p1-a") for i, d in enumerate((16, 32))]
+    other = rx.Flight([Cell(2, 1, "b", 16, "p1-b")], ex.slots[0], 0, [])
+    ex.pending = [other]
+    busy = rx.Flight(cells, ex.slots[0], 0, ["attempt 0: x"], started=1, reasons=["attempt 0: GPU not exclusive"])
+    ex._gpu_busy(busy, "GPU 0: pid 7 (x) still on the GPU")
+    moved, waiting = ex.pending
+    assert [c.cell_id for c in moved.cells] == ["p1-d32-a"]  # the finished depth stays done
+    assert moved.offset == 1 and moved.prior == ["attempt 0: x", "attempt 0: GPU not exclusive"]
+    assert {moved.slot.name, waiting.slot.name} <= {"s2", "s3"} and "s1" in ex.gpu_busy
+    assert notes == ["p1-a: slot s1 (h) skipped: GPU 0: pid 7 (x) still on the GPU"]
+    ex._gpu_busy(rx.Flight(moved.cells, ex.slots[1], 1, []), "busy too")
+    assert {p.slot.name for p in ex.pending} == {"s3"}
+    with pytest.raises(UserError, match="every slot's GPUs hold another process"):
+        ex._gpu_busy(rx.Flight(moved.cells, ex.slots[2], 1, []), "and the last")
