@@ -135,7 +135,7 @@ def conformance(n: int = 2000, alpha: float = 0.01, min_step_pct: float = 1.0) -
         r = simulate_rates(n1, n2, cv, out, rho, step, n, alpha, min_step_pct, seed=i)
         null = step == 0 and rho == 0
         rows.append({"design": label, "opening": n1, "closing": n2, "step_pct": step, **r,
-                     "target": f"<= {alpha:g} (+3 MC se)" if null else "-",
+                     "target": f"<= {100 * alpha:g} % (+3 MC se)" if null else "-",
                      "met": (r["flagged"] <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / n)) if null else None,
                      "n": n})
     return rows
