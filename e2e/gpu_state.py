@@ -182,7 +182,8 @@ class _Smi:
         r = subprocess.run([self.exe, *args, "--format=csv,noheader,nounits"], capture_output=True,
                            text=True, timeout=15)
         if r.returncode != 0:
-            raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"])
+            lines = (r.stderr or r.stdout).strip().splitlines()
+            raise RuntimeError(lines[-1] if lines else f"exit {r.returncode}")
         return [[c.strip() for c in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
 
     def _gpus(self) -> list[dict[str, Any]]:

@@ -328,3 +328,25 @@ def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none
     assert {p.slot.name for p in ex.pending} == {"s3"}
     with pytest.raises(UserError, match="every slot's GPUs hold another process"):
         ex._gpu_busy(rx.Flight(moved.cells, ex.slots[2], 1, []), "and the last")
+
+
+def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_name_attempts(tmp_path):
+    from e2e.executors.node_side import NodeStore, task_files
+    from e2e.store import CELLS
+
+    sent = []
+    store = NodeStore(str(tmp_path / "run"), "p1-a.o1.abc", sent.append, offset=1)
+    samples = store.cell_dir("p1-a") / "gpu-a1" / "samples.jsonl"  # the task's second server
+    samples.parent.mkdir(parents=True)
+    samples.write_text("{}\n")
+    [shipped] = task_files(store.task, 1)
+    store.append(CELLS, {"cell_id": "c", "attempt": "1-cd", "status": "ok",
+                         "gpu_state": {"available": True, "policy": "retry",
+                                       "contaminated_attempts": [{"attempt": "0-ab", "at": "round 0"}]},
+                         "bookend": {"status": "stationary", "server_attempt": "1-cd"}})
+    row = sent[0][1]
+    assert row["attempt"] == "2-cd" and row["bookend"]["server_attempt"] == "2-cd"
+    assert row["gpu_state"]["contaminated_attempts"] == [{"attempt": "1-ab", "at": "round 0"}]
+    # where the driver puts the samples is where the row says they are
+    assert str(gpu_state.samples_file(Path("."), {**row, "server_key": "p1-a"})) == shipped == \
+        "cells/p1-a/gpu-a2/samples.jsonl"

@@ -87,6 +87,14 @@ class NodeStore:
             if row.get("log_path"):
                 row["log_path"] = f"logs/{Path(row['log_path']).name}"
             row["error"] = shift_errors(row.get("error"), self.offset)
+            # attempts named inside the row (e2e/gpu_state.py, e2e/bookends.py) continue the count too
+            if row.get("gpu_state"):
+                row["gpu_state"] = {**row["gpu_state"], "contaminated_attempts": [
+                    {**a, "attempt": shift_attempt(a["attempt"], self.offset)}
+                    for a in row["gpu_state"].get("contaminated_attempts") or []]}
+            if (row.get("bookend") or {}).get("server_attempt"):
+                row["bookend"] = {**row["bookend"],
+                                  "server_attempt": shift_attempt(row["bookend"]["server_attempt"], self.offset)}
         return row
 
     def log_path(self, name: str) -> Path:
