@@ -40,4 +40,5 @@ while time.time() - t0 < seconds:
 dt = time.time() - t0
 print(f"{n} copies of 2 GiB in {dt:.1f} s: {2 * n * a.numel() / dt / 1e9:.0f} GB/s read + written", flush=True)
 EOF
-echo "$(stamp) neighbour done (exit $?)"
+rc=$?
+echo "$(stamp) neighbour done (exit $rc)"
