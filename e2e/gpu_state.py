@@ -369,6 +369,7 @@ class ServerWatch:
     # -- per cell ------------------------------------------------------------------------------------
     def _reset_cell(self) -> None:
         self.samples: list[dict[str, Any]] = []
+        self.unreadable: str | None = None
         self.seen: dict[int, dict[str, Any]] = {}   # pid -> foreign process, with first_seen
         self.throttled: dict[int, set[str]] = {}     # round -> reasons
         self.round_power: list[float] = []           # mean W over a round, from the energy counter
@@ -386,7 +387,8 @@ class ServerWatch:
 
     def checkpoint(self, label: str) -> None:
         s = self._sample(label)
-        if not s.get("available"):
+        if not s.get("available"):  # a reading that failed (the probe was open): said in the row
+            self.unreadable = s.get("reason")
             return
         self.samples.append(s)
         if label.startswith("round ") and self.prev is not None:
@@ -432,10 +434,10 @@ class ServerWatch:
                                 "contaminated_attempts": self.contaminated_attempts.get(self.cell_id or "", [])}
         if not self.probe.available:
             return {**base, "reason": self.probe.reason}
-        gpus = [s for s in self.samples if s.get("available")]
+        gpus = self.samples
         first = gpus[0]["gpus"] if gpus else []
-        if self.samples and not gpus:
-            base["reason"] = self.samples[-1].get("reason")
+        if self.unreadable:
+            base["reason"] = f"some readings failed: {self.unreadable}"
         own = [p for s in gpus for g in s["gpus"] for p in g.get("processes") or [] if p.get("own")]
         listed = all(g.get("processes") is not None for s in gpus for g in s["gpus"])
 

@@ -40,6 +40,8 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
         if g.get("available") and g.get("own_seen") is False:
             out.append(f"{cid}: NVML listed none of the server's own processes on its GPU: other processes "
                        "may be invisible too (another pid namespace?)")
+        elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
+            out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
     for key, b in server_flags(rows).items():
         if b["status"] == "non-stationary":
             out.append(f"server {key} (attempt {b.get('attempt')}): non-stationary: its first depth moved "

@@ -124,7 +124,6 @@ def _own_pids() -> list[int]:
 
 
 def nvmlDeviceGetComputeRunningProcesses(h: int) -> list[Any]:
-    _check("nvmlDeviceGetComputeRunningProcesses")
     if h == 0:
         _state["tick"] += 1
         now, dt = time.time(), time.time() - _state["t"]
@@ -133,6 +132,7 @@ def nvmlDeviceGetComputeRunningProcesses(h: int) -> list[Any]:
             ms = sum(e.get("power_violation_ms", 0) for e in _events(g))
             _state["violation_ns"][g] = _state["violation_ns"].get(g, 0) + int(ms * 1e6)
             _state["energy_mj"][g] = _state["energy_mj"].get(g, 0) + dt * _value(g, "power_w") * 1000
+    _check("nvmlDeviceGetComputeRunningProcesses")  # after the tick: time runs on when it fails
     procs = [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in _own_pids()]
     for e in _events(h):
         procs += [SimpleNamespace(pid=f["pid"], usedGpuMemory=int(f.get("used_mib", 1024) * 2**20))

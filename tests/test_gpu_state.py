@@ -282,6 +282,16 @@ def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch
     assert gpu_state.foreign(s) == [{"gpu": 0, "pid": stranger, "name": "sleep", "used_mib": 2048.0, "visible": True}]
 
 
+def test_a_gpu_whose_processes_cannot_be_listed_is_said_to_be_unchecked(tmp_path, standin, capsys, nvml):
+    rc, out, r = run(tmp_path, standin, capsys, {"unsupported": ["nvmlDeviceGetComputeRunningProcesses",
+                                                                 "nvmlDeviceGetViolationStatus"]})
+    assert rc == 0, out
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["available"] and g["own_seen"] is None and not g["contaminated"] and g["sm_mhz"] == [1980, 1980]
+    assert "could not be listed: another process would not have been seen" in \
+        "\n".join(report_gpu.warnings(cells(r).values()))
+
+
 def test_a_pid_this_host_cannot_see_is_foreign_and_says_why(nvml):
     fake_nvml.configure({"events": [{"foreign": [{"pid": 2**22 + 12345}]}]})
     s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
