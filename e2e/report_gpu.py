@@ -52,6 +52,8 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
 
 def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
     rows = list(cell_rows)
+    if not rows:
+        return []
     md = ["## GPU state and bookends", ""]
     states = [r.get("gpu_state") or {} for r in rows]
     if not any(g.get("available") for g in states):
