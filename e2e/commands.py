@@ -100,7 +100,7 @@ RESUME_REFUSES = {"config": "--config", "order": "--order", "passes": "--passes"
                   "server_mode": "--server-mode", "target_ci": "--target-ci", "out": "--out",
                   "run_id": "--run-id", "retries": "--retries", "fail_fast": "--fail-fast",
                   "dry_run": "--dry-run", "json": "--json", "max_passes": "--max-passes",
-                  "max_minutes": "--max-minutes"}
+                  "max_minutes": "--max-minutes", "gpu_exclusive": "--gpu-exclusive"}
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -140,6 +140,9 @@ class Run(Command):
         p.add_argument("--max-minutes", type=positive("--max-minutes"),
                        help="adaptive replication: no new pass after this long")
         p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
+        p.add_argument("--gpu-exclusive", choices=("retry", "warn", "fail"),
+                       help="a process on a cell's GPU that is not its server: measure the cell again on a "
+                            "fresh server (retry, default), count it marked contaminated (warn), or stop (fail)")
         p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
         p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
         p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
@@ -156,7 +159,8 @@ class Run(Command):
                           ("reps", "workload.rounds"), ("out", "run.out"), ("model", "model.path"),
                           ("tp", "server.tensor_parallel_size"), ("server_mode", "server.mode"),
                           ("retries", "run.retries"), ("target_ci", "run.target_ci_pct"),
-                          ("max_passes", "run.max_passes"), ("max_minutes", "run.max_minutes")):
+                          ("max_passes", "run.max_passes"), ("max_minutes", "run.max_minutes"),
+                          ("gpu_exclusive", "run.gpu_exclusive")):
             v = getattr(a, flag, None)
             if v is not None:
                 o[key] = v

@@ -148,6 +148,9 @@ class WorkloadCfg(_Frozen):
     # Adaptive precision (stats issue): keep measuring until CI half-width < target_ci_pct.
     target_ci_pct: float | None = Field(default=None, gt=0)
     max_rounds: StrictInt = Field(default=50, ge=1)
+    # Closing rounds of each server's first depth at the end of its life (e2e/bookends.py); 0: none.
+    # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
+    bookend_rounds: StrictInt = Field(default=5, ge=0)
 
     @field_validator("depths")
     @classmethod
@@ -183,6 +186,9 @@ class RunCfg(_Frozen):
     out: str = "results"
     fail_fast: bool = False
     retries: StrictInt = Field(default=1, ge=0, le=100)  # fresh-server retries of a cell whose server failed
+    # A process on a cell's GPU that is not its server (e2e/gpu_state.py): measure the cell again on a
+    # fresh server (within `retries`), count it and mark it, or stop the run.
+    gpu_exclusive: Literal["retry", "warn", "fail"] = "retry"
 
 
 class ArmCfg(_Frozen):
@@ -238,6 +244,10 @@ class StatsCfg(_Frozen):
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
     # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/bandwidth.py).
     measure_bandwidth: bool = True
+    # Bookends (e2e/bookends.py): a server is non-stationary when its closing rounds differ from its
+    # opening ones at this level AND by at least this much.
+    bookend_alpha: float = Field(default=0.01, gt=0, lt=1)
+    bookend_min_step_pct: float = Field(default=1.0, ge=0)
 
 
 class Config(_Frozen):

@@ -59,6 +59,64 @@ class RequestRow(_Row):
     server_decode_s: float | None = None
     server_prefill_s: float | None = None
     server_e2e_s: float | None = None
+    # "bookend": a closing round of the server's first depth (e2e/bookends.py), never in an estimate
+    # (store.counted_requests leaves it out). Absent: a timed round of the cell.
+    phase: Literal["bookend"] | None = None
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class GpuProcess(_Part):
+    """A process on a cell's GPU that is not the cell's server (e2e/gpu_state.py)."""
+    gpu: int | None = None
+    pid: int
+    name: str | None = None
+    used_mib: float | None = None
+    visible: bool = True              # False: its pid is not visible on this host (another namespace)
+    first_seen: str | None = None     # the sample that first showed it: "ready", "round 3", ...
+
+
+class GpuCellState(_Part):
+    """A cell's GPUs around its measurement: readings between rounds, never inside a timed request."""
+    available: bool                   # False: no GPU, no driver or no NVML here (`reason` says which)
+    reason: str | None = None
+    policy: Literal["retry", "warn", "fail"]
+    source: Literal["nvml", "nvidia-smi"] | None = None
+    gpus: list[dict[str, Any]] = []   # index, uuid, name
+    samples: int = 0
+    contaminated: bool = False        # a foreign process seen during the attempt this row records
+    foreign: list[GpuProcess] = []
+    pre_start_foreign: list[GpuProcess] = []   # on the GPU before the server started (its first cell)
+    own_seen: bool | None = None      # NVML listed the server's own processes (False: it may be blind)
+    sm_mhz: list[float] | None = None         # [min, max] over the cell's samples
+    mem_mhz: list[float] | None = None
+    power_w: list[float] | None = None
+    round_power_w: list[float] | None = None  # [min, max] mean power over a round (energy counter)
+    temp_c: list[float] | None = None
+    throttled_rounds: list[int] = []
+    throttle_reasons: list[str] = []
+    contaminated_attempts: list[dict[str, Any]] = []  # earlier attempts voided (retry): attempt, at, foreign
+
+
+class BookendResult(_Part):
+    """The server's first depth measured again at the end of its life (e2e/bookends.py)."""
+    status: Literal["stationary", "non-stationary", "untested"]
+    reason: str | None = None
+    server_attempt: str | None = None  # the attempt (server) it belongs to
+    cell_id: str | None = None         # the opening cell: the server's first
+    depth: int | None = None
+    opening_rounds: int = 0
+    closing_rounds: int = 0
+    opening_ms: float | None = None    # median per-round decode ms/token
+    closing_ms: float | None = None
+    step_pct: float | None = None      # closing / opening - 1, in %
+    p_value: float | None = None
+    alpha: float | None = None
+    min_step_pct: float | None = None
+    test: str | None = None
+    foreign: list[GpuProcess] = []     # a foreign process during the closing rounds: untested
 
 
 class CellRow(_Row):
@@ -86,6 +144,8 @@ class CellRow(_Row):
     slot_host: str | None = None                   # the slot's node address
     executor: str | None = None                    # "ray"
     at_once: int | None = Field(default=None, ge=1)  # most cells running at once on that host meanwhile
+    gpu_state: GpuCellState | None = None          # absent in rows from before it was recorded
+    bookend: BookendResult | None = None           # on the last cell of each server that reached its end
 
 
 class PlanEntry(BaseModel):

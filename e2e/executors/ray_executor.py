@@ -31,9 +31,10 @@ from e2e.errors import UserError
 from e2e.executors import ExecutorOptions
 from e2e.executors import ray_cluster as rc
 from e2e.executors.ray_tasks import run_group, sweep
-from e2e.executors.slots import Slot
+from e2e.executors.slots import Slot, least_loaded
 from e2e.executors.versions import check_one_version, earlier
 from e2e.formats import cell_row, now
+from e2e.gpu_state import GpuBusy
 from e2e.interrupts import INTERRUPTS
 from e2e.launch import server_spec
 from e2e.plan import Cell, assign_slots, server_groups, slot_balance
@@ -66,6 +67,7 @@ class RayExecutor:
         self.balance: dict[str, Any] = {}
         self.most_at_once = self.most_per_host = 0
         self.used_nodes: set[str] = set()
+        self.gpu_busy: set[str] = set()  # slots whose GPU another process held: no more groups there
 
     # -- before the run folder exists ---------------------------------------------------------
     def prepare(self, cfg: Config, cells: list[Cell], manifest: dict[str, Any] | None = None) -> None:
@@ -226,6 +228,8 @@ class RayExecutor:
             return
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None) or exc  # ray.get raises an instance of the cause's class too
+            if isinstance(cause, GpuBusy):
+                return self._gpu_busy(f, str(cause))
             if isinstance(cause, UserError):  # --fail-fast, a full disk on the node: the run stops
                 raise UserError(str(cause)) from None
             if not isinstance(cause, INTERRUPTS):
@@ -262,10 +266,28 @@ class RayExecutor:
             if p.slot.node_id not in alive:
                 p.slot = self._elsewhere(p.slot, alive)
 
+    def _gpu_busy(self, f: Flight, why: str) -> None:
+        """The slot's GPU held another process before a server start (found on its node, e2e/gpu_state.py):
+        the slot takes no more groups in this run, and this group's cells (and those planned there)
+        go to other slots. Only servers that did start used an attempt."""
+        self.gpu_busy.add(f.slot.name)
+        self.progress.note(f"{f.cells[0].server_key}: slot {f.slot.name} ({f.slot.host}) skipped: {why}")
+        left = [c for c in f.cells if c.cell_id not in self.finished]
+        if left:
+            self.pending.insert(0, Flight(left, f.slot, f.offset + f.started, f.prior + f.reasons))
+        skip = self.gpu_busy | {s.name for s in self.slots if s.node_id not in rc.alive_node_ids()}
+        for p in self.pending:
+            if p.slot.name in self.gpu_busy:
+                slot = least_loaded(self.slots, skip, Counter(q.slot.name for q in self.pending))
+                if slot is None:
+                    raise UserError(f"every slot's GPUs hold another process ({why}): stopping; "
+                                    "--resume when they are free")
+                p.slot = slot
+
     def _elsewhere(self, slot: Slot, alive: set[str]) -> Slot:
         """A live slot, on another node when there is one, the least loaded first."""
         load = Counter(p.slot.name for p in self.pending)
-        live = [s for s in self.slots if s.node_id in alive]
+        live = [s for s in self.slots if s.node_id in alive and s.name not in self.gpu_busy]
         other = [s for s in live if s.node_id != slot.node_id] or live
         return min(other, key=lambda s: load[s.name]) if other else slot
 

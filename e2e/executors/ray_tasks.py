@@ -57,8 +57,10 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     secrets = secret_values({**os.environ, **cfg.server.env, **arm.env},
                             server_spec(cfg, arm, None).argv(0), [session_api_key()])
     try:
+        # A GPU held by another process before a start is not waited for: the driver gives the
+        # group another slot (gpu_state.GpuBusy).
         Runner(cfg, store, job["cells"], NodeProgress(send, offset), sampler,
-               stop_rule_factory=target_ci_stop_rule).run()
+               stop_rule_factory=target_ci_stop_rule, gpu_wait_s=0).run()
     finally:
         send(("files", task_files(store.task, offset, secrets)))
         remove(store.task)

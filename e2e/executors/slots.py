@@ -70,3 +70,10 @@ def make_slots(nodes: list[dict[str, Any]], tp: int, max_per_host: int = 1, max_
                 f"n{rank}" if on_node[rank] == 1 else f"n{rank}.c{k}")
         slots.append(Slot(name, n["NodeID"], n.get("NodeManagerAddress") or n["NodeID"], gpus, share))
     return slots
+
+
+def least_loaded(slots: list[Slot], skip: set[str], load: dict[str, int]) -> Slot | None:
+    """The slot with the fewest groups waiting, among those not skipped (a slot whose GPU another
+    process holds, a dead node's); None when every slot is skipped."""
+    usable = [s for s in slots if s.name not in skip]
+    return min(usable, key=lambda s: load.get(s.name, 0)) if usable else None

@@ -23,6 +23,7 @@ pack() {
   [ -d "$RUN" ] && tar czf "$OUT/run.tgz" --exclude=vllm-cache "$RUN" 2>/dev/null
   cp /tmp/run.log "$OUT/run.log" 2>/dev/null
   cp /tmp/twin.log "$OUT/twin.log" 2>/dev/null
+  cp /tmp/neighbour.log "$OUT/neighbour.log" 2>/dev/null  # scripts/gpu/neighbour.sh, when one ran
   # Where each start's caches went (torch.compile, inductor, Triton), without the caches themselves:
   # a warm start that compiles Triton kernels again shows here as a second Triton folder.
   { du -sh "$RUN"/vllm-cache/*/torch_compile_cache/*/* "$RUN"/vllm-cache/*/torch_compile_cache/torch_aot_compile/*/* \

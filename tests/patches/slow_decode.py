@@ -11,6 +11,9 @@ queue and calls execute_model with an empty schedule when every request is alrea
 (v1/engine/core.py, step_with_batch_queue); sleeping in those too made the validation see +38 to
 +45 ms per token for a 30 ms delay (three runs of 2026-12-01).
 Unset or 0: no delay (the patch still installs, so the arm proves the plugin path).
+E2E_TEST_DELAY_AFTER_STEPS=N switches the delay on only after N calls that ran tokens in this process:
+a step in the middle of a server's life, for the bookends to find (test_bookends_server.py). The
+patch prints "slow_decode: delay on from step N+1" to the server log when it does.
 """
 from __future__ import annotations
 
@@ -33,12 +36,18 @@ def install() -> None:
     if getattr(original, "_e2e_slow_decode", False):
         return  # installed already in this process
     delay_s = delay_ms / 1e3
+    after = int(os.environ.get("E2E_TEST_DELAY_AFTER_STEPS") or 0)
+    steps = [0]  # calls that ran tokens, in this process
 
     @functools.wraps(original)
     def execute_model(self, *args, **kwargs):
         sched = args[0] if args else kwargs.get("scheduler_output")
-        if delay_s > 0 and getattr(sched, "total_num_scheduled_tokens", 1) > 0:
-            time.sleep(delay_s)
+        if getattr(sched, "total_num_scheduled_tokens", 1) > 0:
+            steps[0] += 1
+            if delay_s > 0 and steps[0] > after:
+                if steps[0] == after + 1 and after:
+                    print(f"slow_decode: delay on from step {steps[0]}", flush=True)
+                time.sleep(delay_s)
         return original(self, *args, **kwargs)
 
     execute_model._e2e_slow_decode = True  # type: ignore[attr-defined]

