@@ -278,7 +278,7 @@ def _replication(r: dict[str, Any] | None, passes: int) -> str:
     head = (f"adaptive, two stages (target +-{r['target_ci_pct']:g} %): {r['pilot_passes']} pilot pass(es) "
             f"(widest +-{num(r.get('pilot_widest_ci_half_width_pct'), '{:.2f}')} %), then ")
     if not r.get("extra_passes"):
-        return head + f"none: **{r['stopped_by']}**"
+        return head + f"none: **{r['stopped_by']}**" + (f" ({r['limit']})" if r.get("limit") else "")
     al = r.get("allocation") or {}
     rounds = ", ".join(f"{d}: {n}" for d, n in (r.get("rounds") or {}).items())
     got = r.get("widest_ci_half_width_pct")
