@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from e2e import bandwidth, estimate, planning, roofline, stats, verdicts
+from e2e import bandwidth, bookends, estimate, gpu_state, planning, roofline, stats, verdicts
 from e2e import variance_model as vm
 from e2e.errors import UserError
 from e2e.manifest import project_root
@@ -107,7 +107,9 @@ class RunAnalysis:
             self.cells[key] = cs
             self.server_of[key] = f"{c.get('server_key') or cid}#{c.get('attempt')}"
             self.warnings.extend(f"{cid}: {w}" for w in cs.warnings)
-        self.fit = vm.fit([(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()])
+        self.bookends = bookends.server_flags(self.cell_rows.values())
+        self.fit = vm.fit([(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()],
+                          extra=self._drift_variance(ok))
         if self.fit is not None:
             self.warnings.extend(self.fit.warnings)
         missing = [c["cell_id"] for c in self.plan if c["cell_id"] not in self.cell_rows]
@@ -236,11 +238,43 @@ class RunAnalysis:
         self._plan_family([(h, c) for h, c in entries if h["scope"] == "pooled"])
         out = []
         for head, cmp in entries:
-            out.append({**head, **cmp.to_dict()})
+            marks = {}
+            if head["scope"] == "pooled":
+                ma, mr = self.server_marks(head["arm"], head["depth"]), self.server_marks(self.reference, head["depth"])
+                marks = {k: ma[k] + mr[k] for k in ma}
+            out.append({**head, **cmp.to_dict(), **marks})
             if head["scope"] == "pooled":
                 self.warnings.extend(f"{head['arm']} vs {self.reference} at {head['depth']}: {w}"
                                      for w in cmp.warnings)
         return out
+
+    def _drift_variance(self, ok: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """A non-stationary server (its bookend's closing rounds stepped away from its opening ones,
+        e2e/bookends.py) is never averaged in silently: each of its cells gets the variance of a level
+        anywhere between the two, (log step)^2 / 12 (a uniform over the step), in the model, and a
+        warning. server (as in self.server_of) -> that variance."""
+        out: dict[str, float] = {}
+        for key, b in self.bookends.items():
+            if b.get("status") != "non-stationary" or b.get("step_pct") is None:
+                continue
+            out[f"{key}#{b.get('attempt')}"] = math.log1p(abs(b["step_pct"]) / 100) ** 2 / 12
+            self.warnings.append(f"server {key} ({b.get('arm')}, pass {b.get('pass')}) is non-stationary: its closing "
+                                 f"rounds are {b['step_pct']:+.1f} % from its opening ones ({b.get('test')}, p "
+                                 f"{b.get('p_value'):.3g}); its cells carry that drift as extra variance")
+        for cid, c in ok.items():
+            g = gpu_state.cell_summary(c)
+            if g["counted_contaminated"]:
+                self.warnings.append(f"{cid}: counted although contaminated ({g['note']}): --gpu-exclusive warn")
+        return out
+
+    def server_marks(self, arm: str, depth: int) -> dict[str, list[str]]:
+        """The servers of a comparison's arm and depth that the verdict must not take in silently."""
+        keys = [(a, d, p) for (a, d, p) in self.cells if a == arm and d == depth]
+        nonstat = [self.server_of[k] for k in keys
+                   if self.bookends.get(self.server_of[k].split("#")[0], {}).get("status") == "non-stationary"]
+        contaminated = [r["cell_id"] for r in self.cell_rows.values() if r.get("arm") == arm and r.get("depth") == depth
+                        and r.get("status") == "ok" and gpu_state.cell_summary(r)["counted_contaminated"]]
+        return {"non_stationary_servers": nonstat, "contaminated_cells": contaminated}
 
     def _choose_estimator(self, ok: dict[str, dict[str, Any]], by_cell: dict[str, list[dict]]) -> tuple[str, str]:
         """The run's one estimator (e2e/estimate.py) and why: the prefill-corrected one when the

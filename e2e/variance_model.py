@@ -59,12 +59,14 @@ class Design:
     (tau2) by another name, and one with a single level is the mean's: both are left out."""
     cells: list[Cell]
     factors: tuple[str, ...] = ("server",)
+    extra: np.ndarray | None = None      # known extra variance per cell (a non-stationary server's drift)
 
     def __post_init__(self) -> None:
         self.groups = sorted({(c.arm, c.depth) for c in self.cells}, key=lambda g: (g[1], g[0]))
         self.servers = sorted({c.server for c in self.cells})
         gi = {g: j for j, g in enumerate(self.groups)}
         n = len(self.cells)
+        self.extra = np.zeros(n) if self.extra is None else np.asarray(self.extra, dtype=float)
         self.X = np.zeros((n, len(self.groups)))
         # k factors of a cell's two medians (variance of a median = k * per-value variance)
         self.k_long = np.zeros((n, len(self.groups)))
@@ -119,8 +121,8 @@ class Noise:
     nu: np.ndarray
 
     def v(self, d: Design) -> np.ndarray:
-        """Each cell's sampling variance of log(estimate)."""
-        return d.k_long @ self.q[:, 0] + d.k_short @ self.q[:, 1]
+        """Each cell's sampling variance of log(estimate), and any known extra variance."""
+        return d.k_long @ self.q[:, 0] + d.k_short @ self.q[:, 1] + d.extra
 
 
 @dataclass
@@ -338,16 +340,18 @@ def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.nda
 
 # -- the fit ----------------------------------------------------------------------------------------
 def fit(cells: Sequence[tuple[str, int, str, CellStats]], factors: tuple[str, ...] = ("server",),
-        runs: Sequence[str] | None = None) -> Fit | None:
+        runs: Sequence[str] | None = None, extra: dict[str, float] | None = None) -> Fit | None:
     """(arm, depth, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
-    run of each, for a history's run factor). None when nothing is left to estimate a variance
-    from (each arm and depth on one server at most)."""
+    run of each, for a history's run factor; extra: server -> a known extra variance of each of its
+    cells' log estimates). None when nothing is left to estimate a variance from (each arm and
+    depth on one server at most)."""
     runs = list(runs) if runs is not None else [""] * len(cells)
     keep = [(a, dp, s, cs, r) for (a, dp, s, cs), r in zip(cells, runs)
             if cs.estimate is not None and cs.estimate > 0 and cs.noise is not None]
     if not keep:
         return None
-    d = Design([Cell(a, dp, s, cs.noise.n_long, cs.noise.n_short, r) for a, dp, s, cs, r in keep], factors)
+    d = Design([Cell(a, dp, s, cs.noise.n_long, cs.noise.n_short, r) for a, dp, s, cs, r in keep], factors,
+               np.array([(extra or {}).get(s, 0.0) for _, _, s, _, _ in keep]))
     if d.residual_df < 1:
         return None
     stats_ = [k[3] for k in keep]

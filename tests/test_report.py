@@ -20,10 +20,11 @@ L, S = 64, 8
 
 def make_run(root: Path, speeds: dict[str, float], depths=(1024, 8192), passes=2, seed=0,
              failed=(), missing=(), twin_of=None, vllm="0.26.0", gpu="NVIDIA H200", started="2026-11-29T10:00:00",
-             model="gemma-3-27b-it-w4a16", dead_attempt=None, between=0.01) -> Path:
+             model="gemma-3-27b-it-w4a16", dead_attempt=None, between=0.01, row_extra=None) -> Path:
     """A run folder as the runner writes it. speeds: arm -> ms/token at the smallest depth (grows
     5 % per depth step); each cell (server) is off by a relative normal(0, between).
-    failed / missing: cell ids recorded as failed / never run."""
+    failed / missing: cell ids recorded as failed / never run. row_extra: cell id -> fields added to
+    that cell's row (a bookend, a GPU state)."""
     arms = list(speeds)
     cfg = parse_config({"name": "t", "model": {"path": model, "twin_of": twin_of},
                         "server": {"tensor_parallel_size": 2},
@@ -61,9 +62,11 @@ def make_run(root: Path, speeds: dict[str, float], depths=(1024, 8192), passes=2
                                             "valid": True, "invalid_reason": None,
                                             "server_decode_s": (n - 1) * tpt / 1e3})
             store.append(CELLS, {**base, "status": "ok", "stopped_by": "rounds", "startup_s": 100.0,
+                                 "server_key": c.server_key,
                                  "routing": {"n_processes": 5, "layer_classes": [
                                      {"layer_class": "TritonAttentionImpl h128", "n_layers": 10,
-                                      "path": "forward:TritonAttentionImpl", "processes": ["Worker pid 7"]}]}})
+                                      "path": "forward:TritonAttentionImpl", "processes": ["Worker pid 7"]}]},
+                                 **((row_extra or {}).get(c.cell_id) or {})})
     return root
 
 
@@ -316,3 +319,20 @@ def test_routing_summary_per_arm_and_layer_class(tmp_path):
     assert gates == {("stock", "answer False"), ("widened", "answer True")}
     md = (root / "report.md").read_text()
     assert "| widened | `RocmAttentionImpl h128 q16/kv8 sw- bs16` | rocm_custom_op | 10 |" in md
+
+
+def test_a_non_stationary_server_widens_its_comparison_and_is_named(tmp_path):
+    """A server whose bookend stepped (e2e/bookends.py) is never averaged in silently: the comparison
+    names it, the run warns, and its cells carry the drift as extra variance in the model (so the
+    interval widens and the server weighs less)."""
+    from e2e.analysis import RunAnalysis
+    step = {"status": "non-stationary", "step_pct": 8.0, "p_value": 0.004, "test": "Mann-Whitney U"}
+    clean = RunAnalysis(make_run(tmp_path / "a", {"stock": 2.0, "widened": 2.0}, between=0.002, seed=3))
+    drift = RunAnalysis(make_run(tmp_path / "b", {"stock": 2.0, "widened": 2.0}, between=0.002, seed=3,
+                                 row_extra={"p1-d1024-widened": {"bookend": step}}))
+    pick = lambda a: next(c for c in a.comparisons if c["scope"] == "pooled" and c["depth"] == 1024)
+    c0, c1 = pick(clean), pick(drift)
+    assert c0["non_stationary_servers"] == [] and len(c1["non_stationary_servers"]) == 1
+    assert c1["se_log"] > 1.2 * c0["se_log"]                   # its drift is in the variance
+    assert c1["ratio"] == pytest.approx(c0["ratio"], rel=0.01)  # and it weighs less in the mean
+    assert any("non-stationary" in w and "+8.0 %" in w for w in drift.warnings)
