@@ -229,16 +229,21 @@ def scrub_file(path: Path, secrets: Iterable[str]) -> bool:
         return False
     tmp = path.with_name(f".{path.name}.scrub-{os.getpid()}")
     try:
-        tmp.write_bytes(new)
+        # a new name only (O_EXCL), never through a link planted at it (O_NOFOLLOW)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(new)
         os.chmod(tmp, os.stat(path).st_mode & 0o777)
         os.replace(tmp, path)
         return True
+    except FileExistsError:
+        pass                                    # not ours to remove: mask in place below
     except OSError:
         tmp.unlink(missing_ok=True)
     masked = data
     for s in needles:
         masked = masked.replace(s, REDACTED.encode()[:len(s)].ljust(len(s), b"*"))
-    fd = os.open(path, os.O_WRONLY)
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     try:
         try:
             off = 0

@@ -271,3 +271,34 @@ def test_pack_tokenizer_refuses_a_folder_it_did_not_make(tmp_path, capsys):
     assert (packed / "tokenizer.json").read_text() == '{"model": {"v": 2}}'
     capsys.readouterr()
 
+
+
+def test_the_log_scrub_never_writes_through_a_link_planted_at_its_temporary_name(tmp_path):
+    """scrub_file writes its scrubbed copy beside the log under a fixed name: a link planted there
+    (before the scrub) must not receive the copy; the log is masked in place instead."""
+    from e2e.redact import scrub_file
+    log = tmp_path / "server.log"
+    log.write_bytes(b"key sk-supersecret-1234 in the log\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep me\n")
+    import os
+    (tmp_path / f".server.log.scrub-{os.getpid()}").symlink_to(outside)
+    assert scrub_file(log, ["sk-supersecret-1234"]) is True
+    assert outside.read_bytes() == b"keep me\n"
+    assert b"sk-supersecret-1234" not in log.read_bytes()
+
+
+def test_gsm8k_files_are_written_without_following_links(tmp_path):
+    from e2e.accuracy import tasks
+    from e2e.errors import UserError
+    out = tmp_path / "tasks"
+    out.mkdir()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("keep\n")
+    t = "gsm8k_cot_offline"
+    (out / f"{t}.yaml").symlink_to(outside)
+    data = tmp_path / "test.jsonl"
+    data.write_text('{"question": "q", "answer": "a"}\n')
+    tasks.render_tasks([t], data, out)
+    assert outside.read_text() == "keep\n"           # the link was replaced, not written through
+    assert not (out / f"{t}.yaml").is_symlink()

@@ -21,6 +21,7 @@ from typing import Any
 
 from e2e.config import Config
 from e2e.redact import scrub_file
+from e2e.safe_io import open_append, write_atomic
 from e2e.server import SERVED_NAME, ServerFailure, VllmServer, stop_group, tail
 
 
@@ -68,7 +69,7 @@ def run_lm_eval(argv: list[str], env: dict[str, str], log: Path, server: VllmSer
     """Run lm-eval while watching the server; returns (exit status, seconds)."""
     t0 = time.monotonic()
     last_note = t0
-    with open(log, "ab") as f:
+    with open_append(log) as f:   # never through a link planted in the run folder
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
     try:
@@ -124,7 +125,7 @@ def collect(unit_dir: Path, tasks: list[str]) -> dict[str, Any]:
         samples = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
         rows = _questions_from_samples(samples)
         qfile = unit_dir / f"questions-{task}.jsonl"
-        qfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_atomic(qfile, "".join(json.dumps(r) + "\n" for r in rows))
         for f in files:
             with open(f, "rb") as src, gzip.open(f.with_name(f.name + ".gz"), "wb") as dst:
                 shutil.copyfileobj(src, dst)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from e2e.errors import UserError
+from e2e.safe_io import write_atomic
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 FULL_SIZE = 1319
@@ -62,9 +63,9 @@ def render_tasks(tasks: list[str], data_file: Path, out_dir: Path) -> Path:
         spec["dataset_kwargs"] = {"data_files": {"test": str(data_file.resolve())}}
         meta = {k: v for k, v in (spec.get("metadata") or {}).items() if not k.startswith("e2e_")}
         spec["metadata"] = meta  # lm-eval sees only its own keys
-        (out_dir / f"{t}.yaml").write_text(
-            f"# rendered by e2e/accuracy/tasks.py from e2e/accuracy/tasks/{t}.yaml\n"
-            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100))
+        write_atomic(out_dir / f"{t}.yaml",
+                     f"# rendered by e2e/accuracy/tasks.py from e2e/accuracy/tasks/{t}.yaml\n"
+                     + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100))
     return out_dir
 
 
