@@ -220,11 +220,17 @@ def _kill(orphans: list[Orphan]) -> tuple[set[int], set[int]]:
     return {p.pid for p in procs}, {p.pid for p in alive}
 
 
-def _logs_of(run_root: str) -> list[Path]:
-    """A run's server logs on this host: its run folder's, and its Ray tasks' in this node's scratch."""
+def _homes(run_root: str) -> tuple[Path, Path]:
+    """Where a run's servers keep logs and records on this host: its run folder, and this node's
+    scratch folder of it (its Ray tasks')."""
     from e2e.executors.node_side import scratch_root  # no Ray import: node_side is plain Python
 
-    return sorted(Path(run_root).glob("logs/*.log")) + sorted(scratch_root(run_root).glob("tasks/*/logs/*.log"))
+    return Path(run_root), scratch_root(run_root)
+
+
+def _logs_of(run_root: str) -> list[Path]:
+    folder, scratch = _homes(run_root)
+    return sorted(folder.glob("logs/*.log")) + sorted(scratch.glob("tasks/*/logs/*.log"))
 
 
 def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
@@ -248,7 +254,8 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
                 for log in _logs_of(root):
                     scrub_log(log, g.secrets)
                 if g.server_id and not entry["still_running"]:
-                    forget(Path(root) / LIVE_DIR, g.server_id)
+                    for home in _homes(root):
+                        forget(home / LIVE_DIR, g.server_id)
         for root in sorted({g.run_root for g in found if g.run_root and g.run_root != run_root}):
             mark_harness_died(Path(root), [e for e in entries if (e.get("tag") or "").startswith(f"{root}::")])
         return entries

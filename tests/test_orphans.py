@@ -8,11 +8,14 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from e2e import live_servers
@@ -61,10 +64,11 @@ def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops
     sid = env["E2E_SERVER_ID"]
     p = None
     try:
-        assert manifest(run)["status"] == "running" and (run / "live-servers" / f"{sid}.json").is_file()
+        assert manifest(run)["status"] == "running"
         assert main(["report", str(run)]) == 0
         assert json.loads((run / "summary.json").read_text())["run"]["status"] == "harness-died"
         assert "| run status | harness-died" in (run / "report.md").read_text()
+        assert (run / "live-servers" / f"{sid}.json").is_file()  # the record the next start goes by
         p, seen = start_harness("--resume", run)
         wait_for_line(p, "measuring", seen)  # the rest runs on a fresh server: the orphan is gone by now
         text = "".join(seen)
@@ -151,10 +155,10 @@ def test_a_disk_full_mid_cell_stops_the_server_and_leaves_no_secret(tmp_path, st
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC
         out = p.communicate(timeout=60)[0]
-        assert p.returncode == 2 and "disk full" in out, "".join(seen) + out
         assert not tagged_processes(run)
         assert not secrets_in(run, [key, HF_TOKEN])  # scrubbed in place: scrub_file's copy had no room
         assert not list((run / "logs").glob(".*scrub*"))
+        assert p.returncode == 2 and "disk full" in out, "".join(seen) + out
     finally:
         p.kill()
         kill_all(tagged_processes(run))
@@ -207,3 +211,25 @@ def test_an_owner_is_alive_only_while_that_very_process_runs():
     assert live_servers.owner_alive(f"{host}/999999999/{t0}") is False
     assert live_servers.owner_alive(f"elsewhere.example/{pid}/{t0}") is None  # cannot tell from here
     assert live_servers.owner_alive(None) is None
+
+
+def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
+    """Stand-ins for what a Ray cluster leaves when its driver dies mid-start (seen: a DashboardAgent
+    after ray.init failed): processes carrying E2E_RAY_CLUSTER of their owner."""
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    dead_id = f"{socket.gethostname()}/{dead.pid}/0.00"  # a harness that ran here and is gone
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    agent = subprocess.Popen(sleeper, env={**os.environ, live_servers.CLUSTER_ENV: dead_id})
+    mine = subprocess.Popen(sleeper, env={**os.environ, live_servers.CLUSTER_ENV: live_servers.identity()})
+    try:
+        time.sleep(0.3)
+        stopped = live_servers.stop_orphans()
+        assert [(e["kind"], e["owner"], e["pids"]) for e in stopped] == [("ray-cluster", dead_id, [agent.pid])]
+        agent.wait(timeout=10)  # reaped already by the stop (it is our child here)
+        assert not psutil.pid_exists(agent.pid) and mine.poll() is None
+        assert "1 process(es) of its Ray cluster" in live_servers.describe(stopped)
+    finally:
+        for x in (agent, mine):
+            x.kill()
+            x.wait()
