@@ -173,10 +173,11 @@ class Orphan:
 
 
 def _marked() -> Iterator[tuple[psutil.Process, dict[str, str]]]:
-    """Every process on this host that a harness started (directly or through its Ray cluster)."""
-    me = os.getpid()
-    for p in psutil.process_iter(["pid"]):
-        if p.pid == me:
+    """Every process on this host that a harness of this user started (directly or through its Ray
+    cluster). Only this user's: another user's environment must never steer what we kill or scrub."""
+    me, uid = os.getpid(), os.getuid()
+    for p in psutil.process_iter(["pid", "uids"]):
+        if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid:
             continue
         try:
             env = p.environ()
@@ -261,18 +262,32 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
         return entries
 
 
-def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> int:
+def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The records of a run whose lock the caller holds, once stop_orphans has run: each names a
-    server its dead harness left. Its log is scrubbed (of `secrets` and of the key by its digest)
-    and the record dropped. Returns how many there were."""
-    recs = records(Path(run_root) / LIVE_DIR)
-    for r in recs:
+    server its dead harness left. One still running by its record (its recorded pid, with that start
+    time: one whose environment could not be read) has its group killed; every such log is scrubbed
+    (of `secrets`, and of the key found by its digest) and the record dropped. Returns an entry per
+    server killed here (there should be none: stop_orphans finds them by their environment)."""
+    killed = []
+    for r in records(Path(run_root) / LIVE_DIR):
+        pid, t0 = r.get("pgid"), r.get("pid_started")
+        try:
+            alive = isinstance(pid, int) and abs(psutil.Process(pid).create_time() - float(t0)) < 0.05
+        except (psutil.Error, TypeError, ValueError):
+            alive = False
+        if alive:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                killed.append({"found": now(), "kind": "server", "owner": r.get("owner"), "tag": r.get("tag"),
+                               "server_id": r["server_id"], "pids": [pid], "by": "record"})
+            except OSError:
+                pass
         log = r.get("log")
         if isinstance(log, str):
             path = Path(log) if Path(log).is_absolute() else Path(run_root) / log
             scrub_key_digests(path, {r.get("key_sha256") or ""}, secrets)
-        r["_path"].unlink(missing_ok=True)
-    return len(recs)
+        forget(Path(run_root) / LIVE_DIR, r["server_id"])
+    return killed
 
 
 def stop_mine(run_root: str) -> list[int]:

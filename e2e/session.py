@@ -54,7 +54,8 @@ def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Option
         store = RunStore.create(root)
         with store:
             m = build_manifest(cfg, root.name, cells)
-            store.write_manifest({**m, "executors": [ex.describe()], **({"orphans_stopped": stopped} if stopped else {})})
+            store.write_manifest({**m, "executors": [ex.describe()],
+                                  **({"orphans_stopped": stopped} if stopped else {})})
             store.write_plan([c.to_dict() for c in cells])
             store.save_model_config(cfg.model.path)
             try:
@@ -83,8 +84,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
             m.update(status="harness-died", harness_died={"found": now()})
             store.write_manifest(m)
             console.print(f"{run_dir}: the harness of this run died (its manifest said running); resuming")
-        stopped = _stop_orphans(console, str(store.root.resolve()))
-        live_servers.clear_records(store.root, _server_secrets(cfg))
+        stopped = _stop_orphans(console, store, cfg)
         ex = create_executor(opts.executor)
         try:
             # Resume works across executors; an arm's vLLM must stay the one its rows came from.
@@ -107,10 +107,13 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
             ex.close()
 
 
-def _stop_orphans(console: Any, run_root: str | None = None) -> list[dict[str, Any]]:
-    """What dead harnesses left running on this host (and, on a resume, anything of this run):
-    stopped, one line on the console; the entries go into the manifest."""
-    stopped = live_servers.stop_orphans(run_root)
+def _stop_orphans(console: Any, store: RunStore | None = None, cfg: Config | None = None) -> list[dict[str, Any]]:
+    """What dead harnesses left running on this host (and, on a resume of `store`, anything of this
+    run, and what its records name): stopped, one line on the console; the entries go into the
+    manifest."""
+    stopped = live_servers.stop_orphans(str(store.root.resolve()) if store else None)
+    if store is not None and cfg is not None:
+        stopped += live_servers.clear_records(store.root, _server_secrets(cfg))
     if stopped:
         console.print(live_servers.describe(stopped))
     return stopped

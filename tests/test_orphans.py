@@ -233,3 +233,26 @@ def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
         for x in (agent, mine):
             x.kill()
             x.wait()
+
+
+def test_a_record_names_a_server_the_environment_scan_cannot_see_and_its_group_is_killed(tmp_path):
+    """A process in its own session with no owner in its environment (as if it could not be read),
+    named only by its record: clear_records kills its group and scrubs its log of the key."""
+    key = "0123456789abcdef" * 2
+    log = tmp_path / "logs" / "x.log"
+    log.parent.mkdir()
+    log.write_text(f"key {key} printed\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("E2E_")})
+    try:
+        live_servers.record(tmp_path / live_servers.LIVE_DIR, "s1", {
+            "tag": f"{tmp_path}::c", "log": "logs/x.log", "key_sha256": live_servers.key_digest(key),
+            "pgid": proc.pid, "pid_started": psutil.Process(proc.pid).create_time()})
+        [entry] = live_servers.clear_records(tmp_path)
+        assert entry["pids"] == [proc.pid] and entry["by"] == "record"
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert log.read_text() == "key <redacted> printed\n"
+        assert not (tmp_path / live_servers.LIVE_DIR).exists()
+    finally:
+        proc.kill()
+        proc.wait()

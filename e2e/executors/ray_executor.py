@@ -25,6 +25,7 @@ try:
 except ImportError:  # still importable without the extra (a clean install); create() names the package
     ray = None
 
+from e2e import live_servers
 from e2e.config import Config
 from e2e.errors import UserError
 from e2e.executors import ExecutorOptions
@@ -33,7 +34,6 @@ from e2e.executors.ray_tasks import run_group, stop_orphans, sweep
 from e2e.executors.slots import Slot
 from e2e.executors.versions import check_one_version, earlier
 from e2e.formats import cell_row, now
-from e2e import live_servers
 from e2e.interrupts import INTERRUPTS, held
 from e2e.launch import server_spec
 from e2e.plan import Cell, assign_slots, server_groups, slot_balance

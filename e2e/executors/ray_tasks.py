@@ -49,7 +49,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     if job["gpus"]:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job["gpus"])  # the slot's GPUs
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    live_servers.set_owner(job["harness"])  # the driver owns this task's servers: they die with it, not us
+    live_servers.set_owner(job["harness"])  # its servers are orphans once the driver is gone, not this worker
     send(("hello", os.getpid(), ray.get_runtime_context().get_node_id()))
     cfg, offset = job["cfg"], job["offset"]
     store = NodeStore(job["run_root"], tid, send, offset)
