@@ -14,6 +14,10 @@ API key. It is written before the server is spawned and removed once teardown le
 record whose processes are all gone is what a harness that died left; its log is scrubbed (the API
 key found by its digest: the key itself is never written) and the record removed.
 
+A Ray cluster the run starts is also recorded (record_cluster: each process's pid and start
+time, in <tmp>/e2e-ray-<uid>/clusters/, a folder that must be this user's alone): Ray's agents
+overwrite their environment with their process title, so no marker can be read back from them.
+
 stop_orphans() runs at every start and --resume before anything is measured (e2e/session.py): an
 orphan server holds its GPU and silently slows every later cell.
 """
@@ -25,6 +29,8 @@ import os
 import re
 import signal
 import socket
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -221,6 +227,78 @@ def _kill(orphans: list[Orphan]) -> tuple[set[int], set[int]]:
     return {p.pid for p in procs}, {p.pid for p in alive}
 
 
+# -- the record of a Ray cluster the run started -----------------------------------------------
+def _clusters_dir() -> Path | None:
+    """<tmp>/e2e-ray-<uid>/clusters, made private; None when it or its parent is not this user's
+    alone (a record planted there would name the processes we kill)."""
+    base = Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}"
+    d = base / "clusters"
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for p in (base, d):
+            st = os.lstat(p)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+    except OSError:
+        return None
+    return d
+
+
+def cluster_record_path(owner_id: str) -> Path | None:
+    """Where the record of the cluster that owner_id started lives (None: no private folder)."""
+    d = _clusters_dir()
+    return d / (owner_id.replace("/", "_") + ".json") if d else None
+
+
+def record_cluster(procs: Iterable[psutil.Process]) -> None:
+    """The processes of the Ray cluster this harness just started (best effort)."""
+    path = cluster_record_path(owner())
+    if path is None:
+        return
+    pids = []
+    for p in procs:
+        try:
+            pids.append([p.pid, p.create_time()])
+        except psutil.Error:
+            continue
+    try:
+        path.write_text(json.dumps({"owner": owner(), "pids": pids}))
+    except OSError:
+        pass
+
+
+def forget_cluster() -> None:
+    path = cluster_record_path(owner())
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _recorded_clusters() -> list[tuple[Path, Orphan]]:
+    """Cluster records whose owner is gone, each with what of it still runs (same pid, same start
+    time, this user's)."""
+    d = _clusters_dir()
+    out = []
+    for path in sorted(d.glob("*.json")) if d else []:
+        try:
+            r = json.loads(path.read_text())
+            who, pids = r["owner"], [(int(a), float(b)) for a, b in r["pids"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if owner_alive(who) is not False:
+            continue
+        g = Orphan("ray-cluster", who, None, None)
+        for pid, t0 in pids:
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - t0) < 0.05 and p.uids().real == os.getuid() \
+                        and p.status() != psutil.STATUS_ZOMBIE:
+                    g.procs.append(p)
+            except psutil.Error:
+                continue
+        out.append((path, g))
+    return out
+
+
 def _homes(run_root: str) -> tuple[Path, Path]:
     """Where a run's servers keep logs and records on this host: its run folder, and this node's
     scratch folder of it (its Ray tasks')."""
@@ -241,9 +319,19 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
     manifest of the run that found them (no secret in it). Signals are held meanwhile."""
     with held():
         found = find_orphans(run_root)
+        seen = {p.pid for g in found for p in g.procs}
+        recorded = _recorded_clusters()
+        for _, g in recorded:  # what the environment scan could not see (Ray's agents)
+            g.procs = [p for p in g.procs if p.pid not in seen]
+            if g.procs:
+                found.append(g)
         if not found:
+            for path, _ in recorded:
+                path.unlink(missing_ok=True)
             return []
-        killed, alive = _kill(found)
+        _, alive = _kill(found)
+        for path, _ in recorded:
+            path.unlink(missing_ok=True)
         entries = []
         for g in found:
             entry = {"found": now(), "kind": g.kind, "owner": g.owner, "tag": g.tag, "server_id": g.server_id,

@@ -214,23 +214,32 @@ def test_an_owner_is_alive_only_while_that_very_process_runs():
 
 
 def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
-    """Stand-ins for what a Ray cluster leaves when its driver dies mid-start (seen: a DashboardAgent
-    after ray.init failed): processes carrying E2E_RAY_CLUSTER of their owner."""
+    """Stand-ins for what a Ray cluster leaves when its driver dies (seen: a DashboardAgent after
+    ray.init failed): a process carrying E2E_RAY_CLUSTER of its dead owner, and one found only by
+    the cluster's record (Ray's agents overwrite their environment with their process title)."""
     dead = subprocess.Popen(["sleep", "0"])
     dead.wait()
     dead_id = f"{socket.gethostname()}/{dead.pid}/0.00"  # a harness that ran here and is gone
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     agent = subprocess.Popen(sleeper, env={**os.environ, live_servers.CLUSTER_ENV: dead_id})
+    hidden = subprocess.Popen(sleeper, env={})  # an agent whose environment says nothing: only recorded
     mine = subprocess.Popen(sleeper, env={**os.environ, live_servers.CLUSTER_ENV: live_servers.identity()})
+    record = live_servers.cluster_record_path(dead_id)
     try:
         time.sleep(0.3)
+        record.write_text(json.dumps({"owner": dead_id, "pids": [[hidden.pid, psutil.Process(hidden.pid).create_time()],
+                                                                 [mine.pid, 0.0]]}))  # a reused pid: not it
         stopped = live_servers.stop_orphans()
-        assert [(e["kind"], e["owner"], e["pids"]) for e in stopped] == [("ray-cluster", dead_id, [agent.pid])]
-        agent.wait(timeout=10)  # reaped already by the stop (it is our child here)
-        assert not psutil.pid_exists(agent.pid) and mine.poll() is None
-        assert "1 process(es) of its Ray cluster" in live_servers.describe(stopped)
+        assert sorted((e["kind"], e["owner"], p) for e in stopped for p in e["pids"]) == \
+            sorted([("ray-cluster", dead_id, agent.pid), ("ray-cluster", dead_id, hidden.pid)])
+        for x in (agent, hidden):
+            x.wait(timeout=10)  # reaped already by the stop (it is our child here)
+            assert not psutil.pid_exists(x.pid)
+        assert mine.poll() is None and not record.exists()
+        assert "2 process(es) of its Ray cluster" in live_servers.describe(stopped)
     finally:
-        for x in (agent, mine):
+        record.unlink(missing_ok=True)
+        for x in (agent, hidden, mine):
             x.kill()
             x.wait()
 

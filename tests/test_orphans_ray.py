@@ -4,6 +4,7 @@ SIGKILL of the driver leaves nothing that the next --resume does not stop. Again
 tests/orphans_support.py (a Ray cluster start is ~20 s here; the rest seconds)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -82,7 +83,13 @@ def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is
         assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1") for _, ip, _ in listening), listening
         assert manifest(run)["executors"][-1]["security"] == {"auth": "token", "listening": "127.0.0.1 only"}
         # GCS, raylet, workers, agents: every one carries its owner (what finds them if the driver dies)
-        assert {x.pid for x in cluster} <= {x.pid for x in owned_by(driver)}
+        # Every process of the cluster can be found once the driver is gone: by the owner in its
+        # environment, or (Ray's agents overwrite theirs with their title) by the cluster's record.
+        record = live_servers.cluster_record_path(driver)
+        recorded = {pid for pid, _ in json.loads(record.read_text())["pids"]}
+        owned = {x.pid for x in owned_by(driver)} | recorded
+        unfound = [x for x in cluster if x.pid not in owned and x.is_running()]
+        assert not unfound, [(x.pid, x.name(), x.cmdline()[:3]) for x in unfound]
         [gcs] = [x for x in cluster if x.name() == "gcs_server"]
         port = min(c.laddr.port for c in gcs.net_connections("inet") if c.status == psutil.CONN_LISTEN)
         token = gcs.environ()["RAY_AUTH_TOKEN"]  # made for this run: in the cluster's environment only
@@ -98,11 +105,14 @@ def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is
         assert manifest(run)["status"] == "interrupted"
         assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
         assert not tagged_processes(run) and not gone(driver)  # the servers and the whole cluster
+        assert not [x for x in cluster if x.is_running() and x.status() != psutil.STATUS_ZOMBIE]
+        assert not record.exists()  # a cluster stopped by its own harness leaves no record
         assert not secrets_in(run, [token, HF_TOKEN])
     finally:
         p.kill()
         if driver:
             kill_all(owned_by(driver))
+        kill_all(tagged_processes(run))
 
 
 def test_a_sigkilled_driver_leaves_nothing_the_next_resume_does_not_stop(tmp_path, standin):
@@ -114,6 +124,7 @@ def test_a_sigkilled_driver_leaves_nothing_the_next_resume_does_not_stop(tmp_pat
         wait_for_line(p, "measuring", seen, timeout=240)
         driver = live_servers.identity(p.pid)
         env = the_server(run).environ()
+        everything = psutil.Process(p.pid).children(recursive=True)  # the cluster, its agents, the server
         p.kill()
         p.wait()
         time.sleep(2)
@@ -124,6 +135,8 @@ def test_a_sigkilled_driver_leaves_nothing_the_next_resume_does_not_stop(tmp_pat
         assert "stopped what a harness that died left running: 1 server(s)" in "".join(seen), "".join(seen)
         assert env.get(live_servers.HARNESS_ENV) == driver  # a task's server is owned by the driver
         assert not gone(driver)  # nor is anything left of its cluster that Ray's reaper missed
+        assert not [x for x in everything if x.is_running() and x.status() != psutil.STATUS_ZOMBIE]
+        assert not live_servers.cluster_record_path(driver).exists()
         m = manifest(run)
         assert m["resumes"][-1]["status_before"] == "harness-died"
         assert [e["server_id"] for e in m["orphans_stopped"] if e["kind"] == "server"] == [env["E2E_SERVER_ID"]]

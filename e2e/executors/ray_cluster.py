@@ -99,6 +99,8 @@ def connect(address: str | None) -> bool:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise UserError(f"--ray-address {address}: cannot connect to a Ray cluster: {first}") from None
     finally:
+        if address is None:  # its agents hide their environment: by pid too, for a start after our
+            live_servers.record_cluster(psutil.Process().children(recursive=True))  # death (or a failed init)
         if not connected:
             restore_env()
         if term is not None:

@@ -370,4 +370,6 @@ class RayExecutor:
         finally:
             ray.shutdown()
             rc.restore_env()
+            if self.started_cluster:
+                live_servers.forget_cluster()
             self.connected = False
