@@ -53,4 +53,9 @@ def on_fresh_servers(new_server: Callable[[int], VllmServer], work: Callable[[Vl
                 on_retry(len(failures) - 1, exc)
                 continue
             raise GaveUp(failures, exc, getattr(exc, "log_tail", "") or server.log_tail(), left) from exc
+        except BaseException:
+            # An interrupt (or crash) between the block's teardown and the one above, or during
+            # either before its signals were held: tear down again (stop is idempotent).
+            server.stop()
+            raise
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -15,6 +15,7 @@ from typing import Any
 from e2e import estimate, report_md, tables
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.formats import VERSIONS
+from e2e.live_servers import effective_status
 from e2e.safe_io import check_closed, write_atomic
 from e2e.store import write_json_atomic
 
@@ -32,8 +33,8 @@ def run_facts(a: RunAnalysis) -> dict[str, Any]:
     m, cfg = a.manifest, a.manifest.get("config") or {}
     model = m.get("model") or {}
     wl = cfg.get("workload") or {}
-    return {"run_id": m.get("run_id"), "status": m.get("status"), "started": m.get("started"),
-            "ended": m.get("ended"), "vllm": vllm_version(m), "gpu": gpu_name(m),
+    return {"run_id": m.get("run_id"), "status": effective_status(a.root, m.get("status")),  # harness-died
+            "started": m.get("started"), "ended": m.get("ended"), "vllm": vllm_version(m), "gpu": gpu_name(m),
             "model": model.get("path"), "twin_of": model.get("twin_of"), "tp": a.tp,
             "graph_mode": graph_mode(cfg), "server_mode": m.get("server_mode"),
             "order": (cfg.get("run") or {}).get("order"), "passes": a.passes, "depths": a.depths,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 from typing import Any, Callable
 
 from e2e import bookends, gpu_state, routing, startup_phases
@@ -22,6 +23,7 @@ from e2e.estimate import cell_estimate
 from e2e.formats import cell_row, now, request_row
 from e2e.interrupts import sigterm_as_interrupt
 from e2e.launch import server_spec, session_api_key
+from e2e.live_servers import LIVE_DIR
 from e2e.measure import CellClient, TokenSampler, measure_cell
 from e2e.plan import Cell, server_groups
 from e2e.progress import Progress
@@ -92,7 +94,8 @@ class Runner:
             spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{key}"
             self.progress.phase(remaining[0], "starting server")
             ctx["server"] = VllmServer(spec, ctx["log"], self.cfg.server.startup_timeout_s,
-                                       self.cfg.server.stop_timeout_s, api_key=session_api_key())
+                                       self.cfg.server.stop_timeout_s, api_key=session_api_key(),
+                                       live_dir=Path(self.store.root) / LIVE_DIR)  # its record while it runs
             return ctx["server"]  # its log is scrubbed of its secrets when it stops (server.py)
 
         def work(server: VllmServer, attempt: int) -> None:

@@ -3,6 +3,10 @@
 The server runs in a new session (its own process group) so that teardown reaches the API server,
 the engine core and every tensor-parallel worker at once. It binds 127.0.0.1 only, with a random
 API key. Everything is an argument list: no shell ever sees a config value.
+
+Nothing interrupts a teardown (SIGINT and SIGTERM are held, e2e/interrupts.py), its log is scrubbed
+however it ends, and a server that outlives its harness anyway (SIGKILL) is found by the next start
+(e2e/live_servers.py: its owner in its environment, its record in the run folder).
 """
 from __future__ import annotations
 
@@ -18,8 +22,11 @@ from pathlib import Path
 import httpx
 import psutil
 
+from e2e import live_servers
 from e2e.errors import UserError
-from e2e.redact import redact_args, scrub, scrub_file, secret_values
+from e2e.formats import now
+from e2e.interrupts import held
+from e2e.redact import redact_args, scrub, secret_values
 from e2e.safe_io import open_append
 
 SERVED_NAME = "bench-model"
@@ -157,7 +164,8 @@ class VllmServer:
     """Context manager: start, wait for /health, yield, then tear the whole group down."""
 
     def __init__(self, spec: ServerSpec, log_path: Path, startup_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 30.0, port: int | None = None, api_key: str | None = None):
+                 stop_timeout_s: float = 30.0, port: int | None = None, api_key: str | None = None,
+                 live_dir: Path | None = None):
         self.spec = spec
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
@@ -167,9 +175,11 @@ class VllmServer:
         # In every process of this server's environment: teardown finds them by it, even a child
         # spawned by a Popen that an interrupt cut short before self.proc was assigned.
         self.server_id = secrets.token_hex(8)
+        self.live_dir = Path(live_dir) if live_dir is not None else None  # where its record lives while it runs
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self._known_pids: set[int] = set()
+        self._stopped = False
         # What this server may print that must not stay in a file: its secret-named env and flag
         # values and the API key. The log is scrubbed of them once the server has stopped.
         self.secrets = secret_values({**os.environ, **spec.env}, spec.argv(0), [self.api_key])
@@ -199,15 +209,38 @@ class VllmServer:
         self.stop()
 
     def start(self) -> None:
+        owner = live_servers.owner()
         env = {**os.environ, **self.spec.env, "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": self.api_key,
-               "E2E_SERVER_ID": self.server_id}
+               live_servers.SERVER_ENV: self.server_id, live_servers.HARNESS_ENV: owner}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._t0 = time.monotonic()
+        # The record exists before the process does: a harness killed at any point after this
+        # leaves a record (and the process its owner in its environment) for the next start.
+        self._record = {"tag": self.spec.env.get(live_servers.TAG_ENV), "owner": owner, "started": now(),
+                        "log": self._log_name(), "key_sha256": live_servers.key_digest(self.api_key)}
+        if self.live_dir is not None:
+            live_servers.record(self.live_dir, self.server_id, self._record)
         with open_append(self.log_path) as log:  # never through a link planted in the run folder
             log.write(f"# argv: {' '.join(redact_args(self.argv))}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        if self.live_dir is not None:
+            try:
+                t0 = psutil.Process(self.proc.pid).create_time()
+            except psutil.Error:
+                t0 = None
+            live_servers.record(self.live_dir, self.server_id,
+                                {**self._record, "pgid": self.proc.pid, "pid": self.proc.pid, "pid_started": t0})
+
+    def _log_name(self) -> str:
+        """The log as its record names it: relative to the run folder holding the record."""
+        if self.live_dir is None:
+            return str(self.log_path)
+        try:
+            return str(self.log_path.resolve().relative_to(self.live_dir.parent.resolve()))
+        except ValueError:
+            return str(self.log_path.resolve())
 
     def wait_ready(self, poll_s: float = 0.5) -> float:
         assert self.proc is not None
@@ -254,13 +287,26 @@ class VllmServer:
         """SIGTERM the group, wait, SIGKILL what is left, reap. Returns pids still alive (should be []).
 
         SIGINT/SIGTERM to the harness are held back while this runs (and delivered after), so a
-        second Ctrl-C cannot abandon a half-stopped server."""
-        held = {signal.SIGINT, signal.SIGTERM}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
-            return self._stop()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        second Ctrl-C cannot abandon a half-stopped server. The log is scrubbed however this ends
+        (a full disk included); the record is dropped only when nothing is left running."""
+        if self._stopped:
+            return []  # stopped before with nothing left: every later call is a no-op
+        with held():
+            try:
+                left = self._stop()
+                if self.proc is not None:
+                    try:
+                        with open_append(self.log_path) as log:
+                            log.write(f"# stopped; left running: {left}\n".encode())
+                    except (OSError, UserError):
+                        pass  # a full disk, a planted link: the line is lost, never the scrub below
+            finally:
+                live_servers.scrub_log(self.log_path, self.secrets)
+            if not left:
+                self._stopped = True
+                if self.live_dir is not None:
+                    live_servers.forget(self.live_dir, self.server_id)
+            return left
 
     def _stop(self) -> list[int]:
         if self.proc is None:
@@ -272,21 +318,14 @@ class VllmServer:
         except subprocess.TimeoutExpired:
             pass
         left = _live(self._known_pids | ({self.proc.pid} if self.proc.poll() is None else set()))
-        left = sorted(set(left) | set(self._sweep()))
-        try:
-            with open_append(self.log_path) as log:
-                log.write(f"# stopped; left running: {left}\n".encode())
-        except (OSError, UserError):  # a full disk, a planted link: the scrub below matters more
-            pass
-        scrub_file(self.log_path, self.secrets)
-        return left
+        return sorted(set(left) | set(self._sweep()))
 
     def _sweep(self) -> list[int]:
         """SIGKILL every process that carries this server's E2E_SERVER_ID; return those that survive."""
         mine = []
         for p in psutil.process_iter(["pid"]):
             try:
-                if p.pid != os.getpid() and p.environ().get("E2E_SERVER_ID") == self.server_id:
+                if p.pid != os.getpid() and p.environ().get(live_servers.SERVER_ENV) == self.server_id:
                     mine.append(p)
             except (psutil.Error, OSError):
                 continue

@@ -9,20 +9,23 @@ them; `compare` turns them into a regression status.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e import live_servers
 from e2e import manifest as mf
 from e2e.config import Config, config_from_manifest
 from e2e.executors import ExecutorOptions, LocalExecutor, create as create_executor
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
-from e2e.launch import build_manifest, check_launchable
+from e2e.launch import build_manifest, check_launchable, server_spec
 from e2e.manifest_model import check_unchanged
 from e2e.plan import Cell, next_pass
 from e2e.progress import Progress, cells_table
+from e2e.redact import secret_values
 from e2e.runner import make_sampler
 from e2e.store import RunStore
 
@@ -43,16 +46,22 @@ def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Option
     check_launchable(cfg)
     if root.exists() and any(root.iterdir()):
         RunStore.create(root)  # its one-line refusal, before a cluster is started for nothing
+    # Before a cluster, a bandwidth probe or a cell shares this host with what a dead harness left.
+    stopped = _stop_orphans(console)
     ex = create_executor(opts.executor)
     try:
         ex.prepare(cfg, cells)  # a cluster that cannot give one answer per arm: refused here
         store = RunStore.create(root)
         with store:
             m = build_manifest(cfg, root.name, cells)
-            store.write_manifest({**m, "executors": [ex.describe()]})
+            store.write_manifest({**m, "executors": [ex.describe()],
+                                  **({"orphans_stopped": stopped} if stopped else {})})
             store.write_plan([c.to_dict() for c in cells])
             store.save_model_config(cfg.model.path)
-            return execute(cfg, store, cells, console, opts, sampler, ex)
+            try:
+                return execute(cfg, store, cells, console, opts, sampler, ex)
+            finally:
+                _none_left(store, console)
     finally:
         ex.close()
 
@@ -68,6 +77,14 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
         cells = [Cell.from_dict(c) for c in store.plan()]
         sampler = make_sampler(cfg)
         check_launchable(cfg)
+        # We hold its lock, so the harness whose manifest says "running" is gone (SIGKILL, a crash
+        # of the machine): say so, on disk first. Then stop what it (or any dead harness) left.
+        died = m.get("status") == "running"
+        if died:
+            m.update(status="harness-died", harness_died={"found": now()})
+            store.write_manifest(m)
+            console.print(f"{run_dir}: the harness of this run died (its manifest said running); resuming")
+        stopped = _stop_orphans(console, store, cfg)
         ex = create_executor(opts.executor)
         try:
             # Resume works across executors; an arm's vLLM must stay the one its rows came from.
@@ -76,13 +93,46 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
             # The code that runs the rest: its own commit, not the one that started the run.
             m["resumes"] = resumes + [{"started": now(), "git": mf.git_commit(mf.project_root()),
                                        "status_before": m.get("status")}]
+            if stopped:
+                m["orphans_stopped"] = (m.get("orphans_stopped") or []) + stopped
             # A run from before the executors list ran locally.
             m["executors"] = (m.get("executors") or [{"kind": "local"}]) + [ex.describe()]
             m["status"] = "running"
             store.write_manifest(m)
-            return execute(cfg, store, cells, console, opts, sampler, ex)
+            try:
+                return execute(cfg, store, cells, console, opts, sampler, ex)
+            finally:
+                _none_left(store, console)
         finally:
             ex.close()
+
+
+def _stop_orphans(console: Any, store: RunStore | None = None, cfg: Config | None = None) -> list[dict[str, Any]]:
+    """What dead harnesses left running on this host (and, on a resume of `store`, anything of this
+    run, and what its records name): stopped, one line on the console; the entries go into the
+    manifest."""
+    stopped = live_servers.stop_orphans(str(store.root.resolve()) if store else None)
+    if store is not None and cfg is not None:
+        stopped += live_servers.clear_records(store.root, _server_secrets(cfg))
+    if stopped:
+        console.print(live_servers.describe(stopped))
+    return stopped
+
+
+def _none_left(store: RunStore, console: Any) -> None:
+    """The session's last word: a server of this run still running here (nothing should be) is killed."""
+    left = live_servers.stop_mine(str(store.root.resolve()))
+    if left:
+        console.print(f"warning: killed server process(es) {left} still running at the end of the run")
+
+
+def _server_secrets(cfg: Config) -> set[str]:
+    """What the run's servers may have printed that no log may keep (the API key aside: by digest)."""
+    out: set[str] = set()
+    for arm in cfg.arms:
+        spec = server_spec(cfg, arm, None)
+        out |= secret_values({**os.environ, **spec.env}, spec.argv(0))
+    return out
 
 
 def execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,

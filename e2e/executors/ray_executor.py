@@ -14,7 +14,6 @@ this run's E2E_SERVER_TAG. A second Ctrl-C during that is held back.
 from __future__ import annotations
 
 import secrets
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,16 +25,17 @@ try:
 except ImportError:  # still importable without the extra (a clean install); create() names the package
     ray = None
 
+from e2e import live_servers
 from e2e.config import Config
 from e2e.errors import UserError
 from e2e.executors import ExecutorOptions
 from e2e.executors import ray_cluster as rc
-from e2e.executors.ray_tasks import run_group, sweep
+from e2e.executors.ray_tasks import run_group, stop_orphans, sweep
 from e2e.executors.slots import Slot, least_loaded
 from e2e.executors.versions import check_one_version, earlier
 from e2e.formats import cell_row, now
 from e2e.gpu_state import GpuBusy
-from e2e.interrupts import INTERRUPTS
+from e2e.interrupts import INTERRUPTS, held
 from e2e.launch import server_spec
 from e2e.plan import Cell, assign_slots, server_groups, slot_balance
 from e2e.redact import secret_values
@@ -68,6 +68,8 @@ class RayExecutor:
         self.most_at_once = self.most_per_host = 0
         self.used_nodes: set[str] = set()
         self.gpu_busy: set[str] = set()  # slots whose GPU another process held: no more groups there
+        self.security: dict[str, Any] = {}
+        self.swept_orphans = False
 
     # -- before the run folder exists ---------------------------------------------------------
     def prepare(self, cfg: Config, cells: list[Cell], manifest: dict[str, Any] | None = None) -> None:
@@ -75,6 +77,7 @@ class RayExecutor:
         self.started_cluster = rc.connect(o.ray_address)
         self.connected = True
         self.address = o.ray_address or "local (started for this run)"
+        self.security = rc.exposure(self.started_cluster)  # checked on the running cluster
         self.slots = rc.find_slots(cfg, o.max_per_host, o.max_slots, o.cpus_per_cell)
         self.nodes = rc.probe_nodes(cfg, self.slots)
         check_one_version(cfg, earlier(manifest) + [(f"node {n['name']} ({n['host']})", n["arm_vllm"])
@@ -96,6 +99,7 @@ class RayExecutor:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "ray", "started": now(), "address": self.address, "ray_version": ray.__version__,
+                "security": self.security,
                 "max_per_host": self.opts.max_per_host, "max_slots": self.opts.max_slots,
                 "slots": [s.to_dict() for s in self.slots], "balance": self.balance, "nodes": self.nodes}
 
@@ -118,6 +122,10 @@ class RayExecutor:
         self.flights: dict[str, Flight] = {}
         self.written: list[dict] = []
         progress.start(total=len(cells), done=len(cells) - sum(len(f.cells) for f in self.pending))
+        if not self.swept_orphans:
+            self.swept_orphans = True
+            self._warn_exposure()
+            self._stop_orphans()
         try:
             while self.pending or self.flights:
                 self._launch_ready()
@@ -162,7 +170,8 @@ class RayExecutor:
         cfg = self.cfg.model_copy(update={"run": self.cfg.run.model_copy(
             update={"retries": self.cfg.run.retries - f.offset})})
         job = {"cfg": cfg, "cells": f.cells, "run_root": self.run_root, "task_dir": f.tid,
-               "offset": f.offset, "gpus": list(f.slot.gpus), "cwd": str(Path.cwd())}
+               "offset": f.offset, "gpus": list(f.slot.gpus), "cwd": str(Path.cwd()),
+               "harness": live_servers.owner()}  # the owner in every server's environment
         f.ref = run_group.options(
             num_cpus=f.slot.cpus, num_gpus=len(f.slot.gpus), scheduling_strategy=rc.on_node(f.slot.node_id),
         ).remote(job, self.sampler_ref, self.inbox)
@@ -307,13 +316,40 @@ class RayExecutor:
             self.progress.note(f"{f.cells[0].server_key}: stopped {len(got['killed'])} process(es) its lost "
                                f"task left on {f.slot.name}" + (f"; still running: {got['left']}" if got["left"] else ""))
 
+    # -- before the first task --------------------------------------------------------------------
+    def _warn_exposure(self) -> None:
+        s = self.security
+        if self.started_cluster and s.get("listening") != "127.0.0.1 only":
+            self.progress.note("warning: the Ray cluster started for this run listens beyond loopback: "
+                               f"{s.get('listening')}")
+        if s.get("auth") != "token":
+            self.progress.note(f"warning: Ray traffic is not authenticated (auth {s.get('auth')}): anyone who "
+                               "can reach the cluster's ports can run code on it (README: --executor ray)")
+
+    def _stop_orphans(self) -> None:
+        """Before the first task: on every live node, what a dead harness left (this run's servers
+        above all, on a resume), stopped; the driver reports it and records it in the manifest."""
+        refs = {nid: stop_orphans.options(scheduling_strategy=rc.on_node(nid)).remote(self.run_root)
+                for nid in rc.alive_node_ids()}
+        found = []
+        for nid, ref in refs.items():
+            try:
+                got = ray.get(ref, timeout=60)
+            except ray.exceptions.RayError:
+                continue
+            if got:
+                name = self.nodes.get(nid, {}).get("name", nid[:8])
+                self.progress.note(f"node {name}: {live_servers.describe(got)}")
+                found += got
+        if found:
+            earlier = self.store.manifest().get("orphans_stopped") or []
+            self.store.update_manifest(orphans_stopped=earlier + found)
+
     # -- stopping -----------------------------------------------------------------------------------
     def _stop_all(self, why: str) -> None:
         """Cancel every task (its run loop stops its servers), keep draining what they still send,
-        then sweep every node. Signals that arrive meanwhile are held, then delivered."""
-        held: list[int] = []
-        old = {s: signal.signal(s, lambda n, _f: held.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        then sweep every node. Signals that arrive meanwhile are held (we are stopping already)."""
+        with held(redeliver=False) as h:
             self.pending = []
             for f in self.flights.values():
                 ray.cancel(f.ref)
@@ -331,11 +367,8 @@ class RayExecutor:
                 ray.cancel(f.ref, force=True)
             self.flights = {}
             self._sweep_all()
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-        if held:
-            self.progress.note(f"stopping ({why}): {len(held)} more signal(s) held back until the servers stopped")
+        if h.got:
+            self.progress.note(f"stopping ({why}): {len(h.got)} more signal(s) held back until the servers stopped")
 
     def _sweep_all(self, remove_scratch: bool = False) -> None:
         alive = rc.alive_node_ids()
@@ -358,4 +391,7 @@ class RayExecutor:
                 self._sweep_all(remove_scratch=True)
         finally:
             ray.shutdown()
+            rc.restore_env()
+            if self.started_cluster:
+                live_servers.forget_cluster()
             self.connected = False

@@ -20,6 +20,7 @@ try:
 except ImportError:  # still importable without the extra (a clean install); create() names the package
     ray = None
 
+from e2e import live_servers
 from e2e.executors.node_side import NodeProgress, NodeStore, remove, scratch_root, task_files
 
 
@@ -48,6 +49,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     if job["gpus"]:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job["gpus"])  # the slot's GPUs
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    live_servers.set_owner(job["harness"])  # its servers are orphans once the driver is gone, not this worker
     send(("hello", os.getpid(), ray.get_runtime_context().get_node_id()))
     cfg, offset = job["cfg"], job["offset"]
     store = NodeStore(job["run_root"], tid, send, offset)
@@ -80,6 +82,13 @@ def probe(pythons: list[str], paths: list[str], cwd: str) -> dict[str, Any]:
             "runnable": {py: shutil.which(py) is not None for py in pythons},
             "installations": {py: mf.installation(py) for py in pythons},
             "missing": [p for p in paths if not Path(p).exists()]}
+
+
+@_remote(num_cpus=0, max_retries=0)
+def stop_orphans(run_root: str) -> list[dict[str, Any]]:
+    """This node's orphans (e2e/live_servers.py): what dead harnesses on this host left, and every
+    server of this run (the driver holds its lock: none of them is a live task's yet)."""
+    return live_servers.stop_orphans(run_root)
 
 
 @_remote(num_cpus=0, max_retries=0)
