@@ -190,16 +190,27 @@ def test_held_keeps_a_signal_that_a_worker_thread_takes_until_the_block_ends():
 
 
 def test_scrub_log_on_a_full_disk_overwrites_in_place(tmp_path, monkeypatch):
-    log = tmp_path / "s.log"
-    log.write_bytes(b"key=0123456789abcdef0123456789abcdef token=hf_abcdefgh tail\n")
-    real = Path.write_bytes
+    import os as _os
 
-    def full(self, data):
-        real(self, data[:5])  # a copy begun, then the disk is full
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(Path, "write_bytes", full)
+    from e2e import redact
+    data = b"key=0123456789abcdef0123456789abcdef token=hf_abcdefgh tail\n"
+    log = tmp_path / "s.log"
+    log.write_bytes(data)
+    real = _os.fdopen
+
+    class Full:
+        """The scrubbed copy's file: 5 bytes land, then the disk is full."""
+        def __init__(self, f): self.f = f
+        def __enter__(self): return self
+        def __exit__(self, *exc): self.f.close()
+        def write(self, b):
+            self.f.write(b[:5]); self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(redact.os, "fdopen", lambda fd, *a, **k: Full(real(fd, *a, **k)))
     live_servers.scrub_log(log, ["0123456789abcdef0123456789abcdef", "hf_abcdefgh"])
-    assert log.read_bytes() == b"key=" + b"*" * 32 + b" token=" + b"*" * 11 + b" tail\n"
+    got = log.read_bytes()
+    assert len(got) == len(data) and b"0123456789abcdef" not in got and b"hf_abcdefgh" not in got
+    assert got.startswith(b"key=<redacted>") and got.endswith(b" tail\n")   # masked in place
     assert [p.name for p in tmp_path.iterdir()] == ["s.log"]  # the half-written copy is gone
 
 
