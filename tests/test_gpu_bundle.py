@@ -1,6 +1,7 @@
 """The GPU bundle's tools without PyPI or a GPU: the install script's staging contract, the pruning
 of a --target site, the lock's filter, and the committed lock against the machine's package list.
 
+bundle_check.py's import walk runs on tiny packages written under tmp_path.
 The install script runs for real (bash, sha256sum, python3's tarfile) on a small bundle laid out the
 way scripts/gpu/make_bundle.sh lays one out, with its site and stage folders under tmp_path.
 """
@@ -20,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "scripts" / "gpu"
 sys.path.insert(0, str(GPU))
-import bundle_lock  # noqa: E402  (a script folder, not a package)
+import bundle_check  # noqa: E402  (a script folder, not a package)
+import bundle_lock  # noqa: E402
 import bundle_prune  # noqa: E402
 
 NAME = "vllm-9.9.9-site.tar.xz"
@@ -157,3 +159,59 @@ def test_the_committed_lock_pins_files_and_leaves_out_the_machine_and_dropped_pa
         assert ("vllm", version) in {(n, v) for n, v, *_ in pins}
         assert not names & machine and not names & dropped, (names & machine, names & dropped)
         assert all(f.lower().startswith(n.replace("-", "_")) for n, _, _, f in pins)
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _tiny_vllm(tmp_path: Path) -> Path:
+    """The shape of 0.23.0's failure: a function imports a module whose module level imports an absent
+    package under an `if`; plus imports the walk must not count (typing-only, guarded, in a function of
+    a file whose functions are not followed)."""
+    return _write(tmp_path / "site", {
+        "vllm/__init__.py": "",
+        "vllm/quant/__init__.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    import typingonly\n"
+            "def get_quantization_config(name):\n"
+            "    from .humming import HummingConfig\n"
+            "    try:\n        import guardedpkg\n    except ImportError:\n        guardedpkg = None\n"
+            "    return HummingConfig\n"),
+        "vllm/quant/humming.py": "import os\nif os.name:\n    from humming.dtypes import DataType\nHummingConfig = 1\n",
+        "vllm/other.py": "def never_followed():\n    import notfollowed\n",
+    })
+
+
+def _check(site: Path, in_functions=("vllm.quant",), allowed=None):
+    return bundle_check.check(site, roots=("vllm", "vllm.other"), in_functions=in_functions,
+                              allowed=allowed or {}, required=())
+
+
+def test_the_checker_finds_an_absent_package_imported_through_a_function(tmp_path):
+    site = _tiny_vllm(tmp_path)
+    lines, bad = _check(site)
+    assert bad == 1 and any(ln.startswith("MISSING import humming (in vllm.quant.humming:3)") for ln in lines), lines
+    assert "vllm.quant:5 in a function" in bundle_check.walk(site, ("vllm",), ("vllm.quant",)).chain("vllm.quant.humming")
+    assert any(ln.startswith("guarded import guardedpkg absent (in vllm.quant:7 in a function)") for ln in lines)
+    assert not any("typingonly" in ln or "notfollowed" in ln for ln in lines), lines
+    # Module-level imports alone (the walk before tonight's failure) do not reach it.
+    lines, bad = _check(site, in_functions=())
+    assert bad == 0 and not any("humming" in ln for ln in lines), lines
+    # An allow-list entry turns the failure into a named, reasoned absence.
+    lines, bad = _check(site, allowed={"humming": "never reached: a test"})
+    assert bad == 0 and any(ln.startswith("allowed absent humming: never reached: a test") for ln in lines), lines
+
+
+def test_the_checker_follows_the_imports_of_a_carried_package(tmp_path):
+    site = _tiny_vllm(tmp_path)
+    _write(site, {"humming/__init__.py": "import humming.utils\n", "humming/dtypes.py": "",
+                  "humming/utils.py": "def later():\n    import notfollowed\nfrom elftools.elf import ELFFile\n"})
+    lines, bad = _check(site)
+    assert bad == 1 and any(ln.startswith("MISSING import elftools (in humming.utils:3)") for ln in lines), lines
+    _write(site, {"elftools/__init__.py": "", "elftools/elf.py": ""})
+    lines, bad = _check(site)
+    assert bad == 0 and not any("notfollowed" in ln for ln in lines), lines
