@@ -19,8 +19,8 @@ from e2e.assets import PINS, build_gsm8k
 from e2e.config import parse_config
 from e2e.errors import UserError
 from e2e.server import VllmServer, port_in_use
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 LM_EVAL_TASKS = Path(__import__("lm_eval").__file__).parent / "tasks" / "gsm8k"
 

@@ -20,8 +20,8 @@ from e2e.errors import UserError
 from kernels_check import cells, faults, paging, paths, report, scoring
 from kernels_check.cli import main
 from kernels_check.reference import reference_decode
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def dense(seqs, max_len, q_heads, kv_heads, d, dtype=torch.bfloat16, seed=0):

@@ -71,10 +71,7 @@ def create(opts: ExecutorOptions) -> Any:
         return LocalExecutor()
     if opts.kind != "ray":
         raise UserError(f"--executor {opts.kind!r}: use one of {', '.join(KINDS)}")
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise UserError("--executor ray needs the ray package: pip install 'vllm-e2e-bench[ray]' "
-                        "(or pip install 'ray>=2.9')") from None
+    from e2e import extras
+    extras.require("ray", "--executor ray")
     from e2e.executors.ray_executor import RayExecutor
     return RayExecutor(opts)

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from tests.support import ROOT
+
 from e2e.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
 
 STANDIN = f"""#!{sys.executable}
 import json, os, sys
