@@ -66,13 +66,14 @@ def _server_lines(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     return {k: sorted(v, key=lambda c: c["depth"]) for k, v in by.items() if len(v) > 1}
 
 
-def _depth_axis(ax: Any, depths: list[int]) -> None:
+def depth_axis(ax: Any, depths: list[int], label: str = "context depth (tokens)") -> None:
+    """A log2 depth axis ticked at the depths measured (1K, 8K, ...), nothing else."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(depths, [depth_label(d) for d in depths])
     ax.minorticks_off()
     lo, hi = min(depths), max(depths)
     ax.set_xlim(lo / 1.6, hi * 1.6)
-    ax.set_xlabel("context depth (tokens)")
+    ax.set_xlabel(label)
 
 
 def _y_range(ax: Any, values: list[float], label: str, headroom: float = 0.0) -> None:
@@ -136,7 +137,7 @@ def _ratio(s: dict[str, Any], path: Path) -> Path:
         kinds = {c.get("ci_kind") for c in rows}
         what = ("95 % CI between servers" if kinds == {BETWEEN} else
                 "within-server interval: no verdict" if BETWEEN not in kinds else "intervals of both kinds")
-        _depth_axis(ax, sorted({c["depth"] for c in rows}))
+        depth_axis(ax, sorted({c["depth"] for c in rows}))
         _y_range(ax, ys, "decode ratio arm / reference", headroom=0.12)
         ax.set_title(f"{arm} / {f['reference_arm']}: {rows[0]['n_arm']} + {rows[0]['n_ref']} servers, {what}",
                      fontsize=8.5)
@@ -180,7 +181,7 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
     for line in _server_lines(cells).values():
         ax.plot([c["depth"] * shift[(c["arm"], c["pass"])] for c in line], [c["estimate_ms"] for c in line],
                 color=colours[line[0]["arm"]], lw=0.8, alpha=0.7)
-    _depth_axis(ax, sorted({c["depth"] for c in cells}))
+    depth_axis(ax, sorted({c["depth"] for c in cells}))
     _y_range(ax, ys, "decode ms per token")
     ax.set_title(f"Decode ms/token per cell, (T{f['long_tokens']} - T{f['short_tokens']}) / "
                  f"{f['long_tokens'] - f['short_tokens']}: bars within-server 95 %", fontsize=9)

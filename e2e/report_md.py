@@ -17,17 +17,28 @@ Section = Callable[[dict[str, Any]], list[str]]
 
 
 def markdown_report(s: dict[str, Any]) -> str:
-    """report.md of a summary (summary.json as read back)."""
+    """report.md of a summary (summary.json as read back). A folder without latency cells (the
+    stand-alone gsm8k sign-off's) gets the head, its facts and the sign-off only."""
     md: list[str] = []
-    for section in SECTIONS:
+    for section in (SECTIONS if latency(s) else (head, facts, no_cells, gsm8k, warnings)):
         md += section(s)
     return "\n".join(md)
+
+
+def latency(s: dict[str, Any]) -> bool:
+    return bool(s["cells"])
+
+
+def no_cells(s: dict[str, Any]) -> list[str]:
+    return ["## Latency", "", "No latency cells in this folder" + (" (made by `run_e2e.py gsm8k`)" if
+            s["run"].get("command") == "gsm8k" else "") + ": nothing is measured or decided here but the "
+            "sign-off below.", ""]
 
 
 # -- the head: what ran, and what a reader must know first ------------------------------------------
 def head(s: dict[str, Any]) -> list[str]:
     f = s["run"]
-    md = [f"# {f['run_id']}: decode latency report", "",
+    md = [f"# {f['run_id']}: {'decode latency' if latency(s) else 'gsm8k sign-off'} report", "",
           f"<!-- schema_version {s['schema_version']}; recomputed from the rows by `run_e2e.py report` -->", ""]
     if f["twin_of"]:
         md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
@@ -49,7 +60,26 @@ def facts(s: dict[str, Any]) -> list[str]:
     rows = [
         ["vLLM", f["vllm"] or "unknown"], ["GPU", f["gpu"] or "none recorded (CPU?)"],
         ["model", f"`{f['model']}`" + (f" (twin of `{f['twin_of']}`)" if f["twin_of"] else "")],
-        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
+        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]]]
+    if latency(s):
+        rows += _latency_facts(s)
+    rows += [
+        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"
+         + (f"; {f['status_note']}" if f.get("status_note") else "")],
+        ["exit status", "not recorded (the run predates it)" if f.get("exit_status") is None
+         else f"{f['exit_status']}: {MEANING.get(f['exit_status'], '?')}"],
+        ["code", f["code"]["line"]],
+    ]
+    if f.get("harness_flag_overrides") is not None:
+        used = f["harness_flag_overrides"]
+        rows.append(["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
+                     + ("; ".join(f"`{u}`" for u in used) if used else "none used")])
+    return [markdown(["", ""], rows), ""]
+
+
+def _latency_facts(s: dict[str, Any]) -> list[list[str]]:
+    f = s["run"]
+    return [
         ["server mode", str(f["server_mode"])], ["order / passes", f"{f['order']} / {len(f['passes'])}"],
         ["arms (reference first)", ", ".join(f["arms"])],
         ["estimate", f"{f['estimator_definition']}, {f['rounds']} rounds"
@@ -61,16 +91,7 @@ def facts(s: dict[str, Any]) -> list[str]:
         ["replication", _replication(f.get("replication"), len(f["passes"]))],
         ["executor", executor_line(s["executor"])],
         ["GPU time", _gpu_time(f.get("gpu_time"))],
-        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
-        ["exit status", "not recorded (the run predates it)" if f.get("exit_status") is None
-         else f"{f['exit_status']}: {MEANING.get(f['exit_status'], '?')}"],
-        ["code", f["code"]["line"]],
     ]
-    if f.get("harness_flag_overrides") is not None:
-        used = f["harness_flag_overrides"]
-        rows.append(["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
-                     + ("; ".join(f"`{u}`" for u in used) if used else "none used")])
-    return [markdown(["", ""], rows), ""]
 
 
 def executor_line(c: dict[str, Any]) -> str:
@@ -113,7 +134,7 @@ def _replication(r: dict[str, Any] | None, passes: int) -> str:
 # -- verdicts -------------------------------------------------------------------------------------
 def verdicts(s: dict[str, Any]) -> list[str]:
     f = s["run"]
-    md = ["## Verdicts (each arm against the reference, pooled over passes: a server is one replicate)", ""]
+    md = ["## Verdicts (each arm against the reference; a server is one replicate)", ""]
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if not pooled:
         return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]

@@ -188,7 +188,8 @@ def _paired(r: dict[str, Any], show: Any) -> str:
 
 GSM8K_COMPARISONS = Table("gsm8k_comparisons", (
     Col("comparison", lambda c: f"{c['kind'].upper()}: {c['a_server']} vs {c['b_server']}", views=BOTH),
-    Col("task / filter", lambda c: f"{c['task']} / {c['filter']}" + (" (primary)" if c.get("primary") else "")),
+    Col("task / filter", lambda c: f"{c['task']} / {c['filter']}" + (" (primary)" if c.get("primary") else ""),
+        views=BOTH),
     Col("n", lambda c: _paired(c, lambda c: str(c["n"]))),
     Col("A %", lambda c: _paired(c, lambda c: pct(c["a"]["accuracy"])), views=BOTH),
     Col("B %", lambda c: _paired(c, lambda c: pct(c["b"]["accuracy"])), views=BOTH),
@@ -248,7 +249,8 @@ def run_facts(a: Any) -> dict[str, Any]:
     if server.get("allow_harness_flag_overrides"):
         overrides = list(m.get("harness_flag_overrides") or [])
     from e2e.analysis import gpu_name, graph_mode, vllm_version
-    return {"run_id": m.get("run_id"), "status": m.get("status"), "exit_status": m.get("exit_status"),
+    return {"run_id": m.get("run_id"), "command": m.get("command") or "run", "status": m.get("status"),
+            "status_note": m.get("status_note"), "exit_status": m.get("exit_status"),
             "error": m.get("error"), "started": m.get("started"),
             "ended": m.get("ended"), "vllm": vllm_version(m), "gpu": gpu_name(m),
             "model": model.get("path"), "twin_of": model.get("twin_of"), "tp": a.tp,
