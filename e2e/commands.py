@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 

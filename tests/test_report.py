@@ -4,18 +4,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from e2e import compare, history, report, verdicts
-from e2e.config import config_to_dict, parse_config
 from e2e.errors import UserError
-from e2e.plan import make_plan
-from e2e.store import CELLS, REQUESTS, RunStore
+from e2e.store import CELLS, RunStore
 from tests.support import ROOT
 from tests.support.synthetic import make_run
+
 
 def test_write_report_files_and_decisions(tmp_path):
     run = make_run(tmp_path / "r1", {"stock": 2.0, "widened": 2.4}, dead_attempt="p1-d1024-stock")

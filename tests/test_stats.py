@@ -10,6 +10,7 @@ from e2e import stats
 from e2e.estimate import cell_estimate
 from tests.support.synthetic import L, S, cs, rows_for
 
+
 def test_cell_estimate_is_the_differenced_median_of_estimate_py():
     rows = rows_for(30.0, noise=0.01)
     c = stats.cell_stats(rows, L, S)

@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as st
 
-from e2e import changepoints as cp
 from e2e import stats
 from e2e import variance_model as vm
 from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
 from tests.support import ROOT
-
 
 
 def test_reml_matches_statsmodels_mixedlm_without_cell_noise():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.support import ROOT
+from tests.support import ROOT  # noqa: F401 (test_hardening_folders imports it from here)
 
 from e2e.cli import main
 
