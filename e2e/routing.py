@@ -131,6 +131,8 @@ def step_gaps(folded: dict[str, Any]) -> list[str]:
     mode asks for, are missing. Read from a cell row's `routing`, so older rows are judged too."""
     if any("hook 'steps'" in w for w in folded.get("warnings") or []):
         return []  # already said: the hook was not found there
+    if any(p.get("error") for p in folded.get("processes") or []):
+        return []  # the plugin failed there (patch_problem says so): no step could run
     never = [p for p in folded.get("processes") or []
              if (p.get("serves_model") or p.get("runs_model")) and p.get("model_steps") == 0]
     if not never:

@@ -44,7 +44,8 @@ def wait_rows(run_dir: Path, cell_id: str, timeout: float = 120) -> None:
 def test_same_rows_and_verdict_schema_as_local_and_two_cells_at_once(tmp_path, standin, ray_cluster):
     c, _ = ray_cluster
     cfg = standin_cfg(tmp_path / "c.toml", standin)
-    assert run(cfg, tmp_path, "local")[0] == 0
+    rc, out = run(cfg, tmp_path, "local")
+    assert rc == 0, out
     rc, out = run(cfg, tmp_path, "ray", "--executor", "ray", "--ray-address", c.address, "--max-per-host", "2")
     assert rc == 0, out
     loc, ray_ = tmp_path / "local", tmp_path / "ray"
