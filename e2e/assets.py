@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from e2e import extras
 from e2e.errors import UserError
 from e2e.twin.build import build_twin
 from e2e.twin.command import parse_sets
@@ -189,6 +190,7 @@ def build_model(which: str, root: Path) -> Path:
     if stamped(out, key):
         return out
     check_buildable(out, str(out))  # a folder of that name the tool did not make: refused before a download
+    extras.require("assets", f"assets {which} (a GGUF converted to a Hugging Face folder)")
     gguf = fetch_gguf(which, root)
     # transformers 4.x cannot import TokenizersBackend; GPT2Tokenizer reads SmolLM2's BPE files.
     return convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None, key)

@@ -8,8 +8,6 @@ import argparse
 import importlib
 import json
 import math
-import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,21 +64,6 @@ def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
 
 def add_arms_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--arms", help=f"comma-separated subset of the config's arms, in this order ({what})")
-
-
-def run_folder(cfg: Any, out: str | None, run_id: str | None, suffix: str = "") -> Path:
-    """results/<run-id>: the run id given, or a time stamp and the config's name. A run id is a
-    plain name (letters, digits, '_', '.', '-'; no '..'), never a path: a run stays under its root."""
-    from e2e.config import is_plain_name
-
-    name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.name}{suffix}"
-    if not is_plain_name(name):
-        if run_id:
-            raise UserError(f"--run-id {run_id!r}: give a plain name (letters, digits, '_', '.', '-'; "
-                            "no '..'), not a path; --out sets where it goes")
-        raise UserError(f"name {cfg.name!r}: the config's name makes the run folder's name; use "
-                        "letters, digits, '_', '.', '-' (or give --run-id)")
-    return Path(out or cfg.run.out) / name
 
 
 def check_writable_folder(folder: Path, what: str) -> None:
@@ -173,6 +156,7 @@ class Run(Command):
         from e2e.config import load_config
         from e2e.plan import make_plan
         from e2e.progress import make_console
+        from e2e.store import run_folder
 
         opts = session.Options(progress=not a.no_progress, gsm8k=not a.no_gsm8k, gsm8k_limit=a.limit,
                                gsm8k_aa=a.gsm8k_aa, executor=executor_options(a))
@@ -191,7 +175,7 @@ class Run(Command):
         cells = make_plan(cfg)
         if a.dry_run:
             return _print_plan(cfg, cells, a.json)
-        return session.start(cfg, cells, run_folder(cfg, None, a.run_id), make_console(stderr=True), opts)
+        return session.start(cfg, cells, run_folder(cfg.run.out, a.run_id, cfg.name), make_console(stderr=True), opts)
 
 
 def add_executor_flags(p: argparse.ArgumentParser) -> None:
@@ -265,6 +249,40 @@ class Delegate(Command):
         return getattr(importlib.import_module(self.module), self.main)(a)
 
 
+class Gsm8k(Command):
+    name, help = "gsm8k", "paired gsm8k sign-off of the arms (lm-eval)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="TOML config (default: the --run-dir's own when it has a manifest, "
+                                         f"else {DEFAULT_CONFIG})")
+        add_arms_flag(p, "the first is the baseline; default: all")
+        p.add_argument("--limit", type=int, help="questions per task (default: the config's; 0 = all 1319)")
+        p.add_argument("--aa", metavar="ARM", help="also run ARM on a second fresh server (A/A baseline)")
+        p.add_argument("--tasks", help="comma-separated tasks (default: the config's gsm8k.tasks)")
+        p.add_argument("--num-concurrent", type=int, help="concurrent lm-eval requests (gsm8k.num_concurrent)")
+        p.add_argument("--max-gen-toks", type=int, help="generated tokens per question (gsm8k.max_gen_toks)")
+        add_run_folder_flags(p)
+        p.add_argument("--run-dir", help="write into this run folder (an existing run's, with its own config, "
+                                          "or a new one)")
+        p.add_argument("--assets-dir", type=Path, default=Path("assets"),
+                       help="where assets/gsm8k/test.jsonl lives (default: %(default)s)")
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e import session
+
+        overrides: dict[str, Any] = {}
+        for flag, key in (("num_concurrent", "gsm8k.num_concurrent"), ("max_gen_toks", "gsm8k.max_gen_toks"),
+                          ("out", "run.out")):
+            if getattr(a, flag, None) is not None:
+                overrides[key] = getattr(a, flag)
+        if a.tasks:
+            overrides["gsm8k.tasks"] = [t.strip() for t in a.tasks.split(",") if t.strip()]
+        run_dir = Path(a.run_dir) if a.run_dir else None
+        cfg = session.gsm8k_config(run_dir, a.config, DEFAULT_CONFIG, overrides)
+        arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
+        return session.gsm8k(cfg, run_dir, a.run_id, arms, a.limit, a.aa, a.assets_dir)
+
+
 class Report(Command):
     name, help = "report", "summary.json/csv, report.md and figures for a run"
 
@@ -313,7 +331,7 @@ class Kernels(Command):
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Run(),
     Delegate("assets", "fetch and build models and data", "e2e.assets"),
-    Delegate("gsm8k", "paired gsm8k sign-off of the arms (lm-eval)", "e2e.accuracy.command"),
+    Gsm8k(),
     Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
     Kernels(),
     Report(),

@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
-from rich.table import Table
 
-from e2e import estimate, verdicts
+from e2e import estimate, exits, identity, outcomes, verdicts
+from e2e import summary as sm
 from e2e import variance_model as vm
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
 from e2e.progress import make_console
 from e2e.store import write_json_atomic
-from e2e.tables import interval, num
+from e2e.tables import render_console
 
-REGRESSION, CANNOT_DECIDE = 1, 3
+REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 
 
 def _flag(a: RunAnalysis, flag: str, default: str) -> str:
@@ -98,21 +98,8 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None
     line = verdicts.decide_family([c for _, c in entries], a.alpha, "holm")
     rows = [{**head, **cmp.to_dict()} for head, cmp in entries]
     undecidable += [f"{r['arm']} at {r['depth']}: {r['decision']}" for r in rows
-                    if r["decision"] in (verdicts.INSUFFICIENT_REPLICATION, verdicts.NODATA)]
+                    if outcomes.status_of([r["decision"]]) == exits.CANNOT_DECIDE]
     return rows, line, undecidable
-
-
-def compare_table(rows: list[dict[str, Any]], title: str) -> Table:
-    t = Table(title=title)
-    for c in ("arm", "depth", "A ms/tok", "B ms/tok", "B/A", "95 % CI", "p (Holm)", "MDE %", "decision"):
-        t.add_column(c)
-    for r in rows:
-        color = {"slower": "red", "faster": "green", "equivalent": "cyan"}.get(r["decision"], "")
-        t.add_row(r["arm"], str(r["depth"]), num(r["a"]["estimate_ms"]), num(r["b"]["estimate_ms"]),
-                  num(r["ratio"], "{:.3f}"), interval(r["ratio_ci_lo"], r["ratio_ci_hi"], "{:.3f}"),
-                  num(r["p_adjusted"], "{:.3g}"), num(r["mde_pct"], "{:.1f}"),
-                  f"[{color}]{r['decision']}[/{color}]" if color else r["decision"])
-    return t
 
 
 def add_compare_args(p: argparse.ArgumentParser) -> None:
@@ -136,24 +123,30 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
         raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")
     for m in mism:
         console.print(f"[yellow]warning: metadata differ (forced): {m}[/yellow]")
+    unknown = {r.root.name: identity.describe(r.manifest) for r in (a, b)}
+    for name, code in unknown.items():
+        if not code["identified"]:
+            console.print(f"[bold red]warning: CODE NOT IDENTIFIED in {name}: {code['line']}[/bold red]")
     rows, line, undecidable = compare_runs(a, b, args.arm)
-    console.print(compare_table(rows, f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
-                                      f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})"))
+    console.print(render_console(sm.COMPARE, rows, f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
+                                                   f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})"))
     console.print(f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
     for r in rows:
         for w in r["warnings"]:
             console.print(f"warning: {r['arm']} at {r['depth']}: {w}")
-    regressions = [r for r in rows if r["decision"] == verdicts.SLOWER]
-    status = REGRESSION if regressions else CANNOT_DECIDE if undecidable else 0
+    regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
+    status = exits.worst([outcomes.status_of(r["decision"] for r in rows)]
+                         + [CANNOT_DECIDE] * bool(undecidable))
     if args.json:
         write_json_atomic(Path(args.json), {
             "schema_version": VERSIONS["compare"], "kind": "e2e-compare", "run_a": str(a.root),
-            "run_b": str(b.root), "metadata_mismatches": mism, "correction": line, "rows": rows,
-            "regressions": len(regressions), "cannot_decide": undecidable, "exit_status": status})
+            "run_b": str(b.root), "metadata_mismatches": mism, "code": unknown, "correction": line,
+            "rows": rows, "regressions": len(regressions), "cannot_decide": undecidable, "exit_status": status})
     if regressions:
         console.print(f"[red]{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %[/red]")
     elif undecidable:
         console.print("[yellow]cannot decide: " + "; ".join(undecidable) + "[/yellow]")
     else:
         console.print("no regression detected (see the MDE of any inconclusive row)")
+    console.print(f"exit status {status}: {exits.MEANING[status]}")
     return status

@@ -21,7 +21,7 @@ VERSIONS = {
     "plan": 1,            # plan.json (a list: the version is the manifest's)
     "cells": 1,           # cells.jsonl rows
     "requests": 1,        # requests.jsonl rows
-    "summary": 2,         # summary.json / summary.csv / comparisons.csv / report.md (2: verdicts)
+    "summary": 3,         # summary.json / summary.csv / comparisons.csv / report.md (3: the whole record of report.md)
     "compare": 2,         # compare --json (2: verdicts, exit status)
     "history": 2,         # history.csv / history.json (2: change points)
     "gsm8k-unit": 1,      # gsm8k/<arm>/r<k>/unit.json

@@ -76,7 +76,7 @@ def reason_names(mask: int | None) -> list[str]:
 
 def nvml_module() -> Any:
     """pynvml, imported here only. The one seam for tests: E2E_FAKE_NVML names a Python file that
-    stands in for it (tests/fake_nvml.py: no GPU fault can be produced on a CPU machine)."""
+    stands in for it (tests/support/fake_nvml.py: no GPU fault can be produced on a CPU machine)."""
     fake = os.environ.get("E2E_FAKE_NVML")
     if fake:
         if "e2e_fake_nvml" not in sys.modules:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from e2e import tables, verdicts
+from e2e import exits, figures, outcomes, tables, verdicts
+from e2e import summary as sm
 from e2e.analysis import RunAnalysis, vllm_version
 from e2e.changepoints import find_change_points
-from e2e.compare import CANNOT_DECIDE, CHECKED_METADATA, REGRESSION
+from e2e.compare import CHECKED_METADATA
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
 from e2e.progress import make_console
@@ -74,13 +74,17 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
     Steps: the change points of each series (same checked metadata), arm and depth."""
     rows, steps = [], []
     series: dict[tuple, list[int]] = {}
+    # each run's place in time (1 = first started), shown beside its version: a version order
+    # is not the order the runs were measured in
+    in_time = {id(r): n for n, r in enumerate(sorted(runs, key=lambda r: r.manifest.get("started") or ""), 1)}
     for i, r in enumerate(runs):
         key = tuple(repr(CHECKED_METADATA[k](r)) for k in SERIES_KEYS)
         series.setdefault(key, []).append(i)
         for arm in r.arms:
             for d in r.depths:
                 rows.append({"order": i, "run": r.root.name, "vllm": vllm_version(r.manifest),
-                             "started": r.manifest.get("started"), "arm": arm, "depth": d,
+                             "time_order": in_time[id(r)], "started": r.manifest.get("started"),
+                             "arm": arm, "depth": d,
                              "series": list(series).index(key), "estimator": r.estimator,
                              **verdicts.arm_estimate(r.fit, arm, d, r._cells_of(arm, d))})
     todo = []
@@ -98,30 +102,6 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
         steps += [{"series": s, "arm": arm, "depth": d, "after_run": cp.runs_before[-1],
                    "first_run": cp.runs_after[0], "n_series": len(todo), **cp.to_dict()} for cp in cps]
     return rows, steps
-
-
-def history_plot(rows: list[dict[str, Any]], steps: list[dict[str, Any]], path: Path) -> None:
-    runs = sorted({(r["order"], r["run"], r["vllm"]) for r in rows})
-    fig, ax = tables.new_figure(max(6, 1.2 * len(runs)), 4.5)
-    for key in sorted({(r["arm"], r["depth"]) for r in rows}):
-        pts = [r for r in rows if (r["arm"], r["depth"]) == key and r["estimate_ms"] is not None]
-        if not pts:
-            continue
-        err = [[r["estimate_ms"] - (r["ci_lo_ms"] or r["estimate_ms"]) for r in pts],
-               [(r["ci_hi_ms"] or r["estimate_ms"]) - r["estimate_ms"] for r in pts]]
-        ax.errorbar([r["order"] for r in pts], [r["estimate_ms"] for r in pts], yerr=err, marker="o",
-                    capsize=3, label=f"{key[0]} @ {key[1]}")
-    order = {name: o for o, name, _ in runs}
-    for s in steps:
-        ax.axvline(order[s["first_run"]] - 0.5, color="red" if s["decision"] == verdicts.SLOWER else "green",
-                   ls="--", lw=0.8)
-    ax.set_xticks([o for o, _, _ in runs], [f"{n}\nvLLM {v}" for _, n, v in runs], fontsize=7)
-    ax.set_ylabel("decode ms per token (95 % CI)")
-    ax.set_title("History (dashed: change points)")
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=7)
-    tables.save_figure(fig, path)
 
 
 def add_history_args(p: argparse.ArgumentParser) -> None:
@@ -144,26 +124,22 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     rows, steps = history(runs)
     out = Path(args.out) if args.out else folder
     out.mkdir(parents=True, exist_ok=True)
-    t = Table(title=f"history of {folder} (by {args.order_by})")
-    for c in ("run", "vLLM", "started", "arm", "depth", "ms/tok", "95 % CI", "servers", "interval"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(r["run"], str(r["vllm"]), str(r["started"]), r["arm"], str(r["depth"]), num(r["estimate_ms"]),
-                  interval(r["ci_lo_ms"], r["ci_hi_ms"]), str(r["n_cells"]), str(r.get("ci_kind") or "-"))
-    console.print(t)
+    console.print(tables.render_console(sm.HISTORY, rows, f"history of {folder} (by {args.order_by})"))
     for s in steps:
         console.print(f"change point: {s['arm']} at {s['depth']} between {s['after_run']} and {s['first_run']}: "
                       f"ratio {num(s['ratio'], '{:.3f}')} ({interval(s['ratio_ci_lo'], s['ratio_ci_hi'], '{:.3f}')}), "
                       f"p adj {num(s['p_adjusted'], '{:.3g}')}: {s['decision']}")
-    cols = ["order", "run", "vllm", "started", "series", "arm", "depth", "estimate_ms", "ci_lo_ms", "ci_hi_ms",
-            "n_cells", "ci_kind"]
-    tables.write_csv(out / "history.csv", rows, cols, VERSIONS["history"])
+    tables.write_table_csv(out / "history.csv", sm.HISTORY, rows, VERSIONS["history"])
     write_json_atomic(out / "history.json", {"schema_version": VERSIONS["history"], "kind": "e2e-history",
                                              "order_by": args.order_by, "runs": rows, "change_points": steps,
                                              "skipped": skipped})
-    history_plot(rows, steps, out / "history.png")
-    console.print(f"wrote {out / 'history.csv'}, history.json and history.png")
+    fig = figures.history_figure(rows, steps, args.order_by, out / "history.png")
+    if fig is None and (out / "history.png").is_file():
+        (out / "history.png").unlink()  # an earlier history's figure: this one has nothing to draw
+    console.print(f"wrote {out / 'history.csv'}, history.json" + (" and history.png" if fig else
+                                                                 " (no figure: no run has an estimate)"))
     comparable = any(len({r["order"] for r in rows if r["series"] == s}) >= 2 for s in {r["series"] for r in rows})
-    if any(s["decision"] == verdicts.SLOWER for s in steps):
-        return REGRESSION
-    return 0 if comparable else CANNOT_DECIDE
+    status = outcomes.status_of(s["decision"] for s in steps if outcomes.LATENCY[s["decision"]].regression)
+    status = status or (exits.OK if comparable else exits.CANNOT_DECIDE)
+    console.print(f"exit status {status}: {exits.MEANING[status]}")
+    return status

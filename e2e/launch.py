@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from e2e import identity
 from e2e import manifest as mf
 from e2e.config import ArmCfg, Config, config_to_dict, harness_flag_overrides
 from e2e.errors import UserError
@@ -168,9 +169,10 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
             "patches": list(a.patches),
             "installation": installs[pythons[a.name]],
         }
+    config = redact_config(config_to_dict(cfg))
     return {
         "schema_version": VERSIONS["manifest"], "run_id": run_id, "tool": "vllm-e2e-bench",
-        "started": now(), "ended": None, "status": "running",
+        "started": now(), "ended": None, "status": "running", "exit_status": None,
         "config": config, "config_sha256": config_hash(config), "n_cells": len(cells),  # resume checks the hash
         "server_mode": cfg.server.mode,
         # Set only with server.allow_harness_flag_overrides: which args override the harness's own.
@@ -181,7 +183,9 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
                   "twin_stamp": read_stamp(Path(cfg.model.path))},
         "arms": arm_info, "host": mf.host(), "gpu": gpu,
         "gpu_bandwidth": _gpu_bandwidth(cfg, gpu, pythons[cfg.arms[0].name]),
-        "git": mf.git_commit(mf.project_root()), "environment": mf.relevant_env(),
+        "git": mf.git_commit(mf.project_root()),
+        # what ran, by content too: a copy with a stale or no .git is still identified (e2e/identity.py)
+        "code": identity.identify(mf.project_root(), config), "environment": mf.relevant_env(),
         "resumes": [],
     }
 

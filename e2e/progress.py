@@ -1,4 +1,5 @@
-"""Progress on the terminal (rich): cell n of N, the phase, an ETA; a table of cells at the end."""
+"""Progress on the terminal (rich): cell n of N, the phase, an ETA, a line per finished cell. (The
+tables at the end of a run are the summary's: e2e/session.py's say_the_answer.)"""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +7,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
-from rich.table import Table
 
 from e2e.tables import num
 
@@ -63,16 +63,3 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-
-
-def cells_table(rows: list[dict[str, Any]], title: str = "cells") -> Table:
-    t = Table(title=title)
-    for col in ("cell", "arm", "depth", "status", "start s", "warm s", "measure s",
-                "decode ms/tok", "server ms/tok", "overhead ms/req"):
-        t.add_column(col, justify="right" if col not in ("cell", "arm", "status") else "left")
-    for r in rows:
-        t.add_row(r["cell_id"], r["arm"], str(r["depth"]), r["status"],
-                  num(r.get("startup_s"), "{:.1f}"), num(r.get("warmup_s"), "{:.1f}"),
-                  num(r.get("measure_s"), "{:.1f}"), num(r.get("decode_ms_per_token")),
-                  num(r.get("server_decode_ms_per_token")), num(r.get("client_overhead_ms_median"), "{:.3f}"))
-    return t

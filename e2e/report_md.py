@@ -1,41 +1,85 @@
-"""report.md: the run's summary (report.summary) as markdown, section by section. Every number
-comes from the summary; nothing here computes a statistic."""
+"""report.md: a run's summary (e2e/summary.py) as markdown, section by section, from the summary
+alone (so report.md can be re-rendered from summary.json); the gsm8k sign-off's section too, for
+gsm8k.md. Every number comes from the summary; nothing here computes a statistic. Each table is
+rendered from its declaration in e2e/summary.py; the decision rule's words from e2e/outcomes.py."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Callable
 
-from e2e import tables
-from e2e.analysis import RunAnalysis
-from e2e.formats import VERSIONS
-from e2e.tables import interval, num
+from e2e import figures, outcomes
+from e2e import summary as sm
+from e2e.exits import MEANING
+from e2e.tables import markdown, num, render_markdown
 
-SCHEMA_VERSION = VERSIONS["summary"]
-
-
-
-
-def _override_row(m: dict[str, Any]) -> list[list[str]]:
-    """A row only when server.allow_harness_flag_overrides was set: which args overrode the harness."""
-    if not ((m.get("config") or {}).get("server") or {}).get("allow_harness_flag_overrides"):
-        return []
-    used = m.get("harness_flag_overrides") or []
-    return [["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
-             + ("; ".join(f"`{u}`" for u in used) if used else "none used")]]
+Section = Callable[[dict[str, Any]], list[str]]
 
 
-def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
+def markdown_report(s: dict[str, Any]) -> str:
+    """report.md of a summary (summary.json as read back). A folder without latency cells (the
+    stand-alone gsm8k sign-off's) gets the head, its facts and the sign-off only."""
+    md: list[str] = []
+    for section in (SECTIONS if latency(s) else (head, facts, no_cells, gsm8k, warnings)):
+        md += section(s)
+    return "\n".join(md)
+
+
+def latency(s: dict[str, Any]) -> bool:
+    return bool(s["cells"])
+
+
+def no_cells(s: dict[str, Any]) -> list[str]:
+    return ["## Latency", "", "No latency cells in this folder" + (" (made by `run_e2e.py gsm8k`)" if
+            s["run"].get("command") == "gsm8k" else "") + ": nothing is measured or decided here but the "
+            "sign-off below.", ""]
+
+
+# -- the head: what ran, and what a reader must know first ------------------------------------------
+def head(s: dict[str, Any]) -> list[str]:
     f = s["run"]
-    md = [f"# {f['run_id']}: decode latency report", "",
-          f"<!-- schema_version {SCHEMA_VERSION}; recomputed from the rows by `run_e2e.py report` -->", ""]
+    md = [f"# {f['run_id']}: {'decode latency' if latency(s) else 'gsm8k sign-off'} report", "",
+          f"<!-- schema_version {s['schema_version']}; recomputed from the rows by `run_e2e.py report` -->", ""]
     if f["twin_of"]:
         md += [f"> **WARNING: RANDOM-WEIGHT TWIN.** The model served is `{f['model']}`, a random-weight "
                f"twin of `{f['twin_of']}`: same shapes and format, NOT the real model. Latency only; "
                "no accuracy figure here means anything.", ""]
-    md += [tables.markdown(["", ""], [
+    if not f["code"]["identified"]:
+        md += [f"> **WARNING: CODE NOT IDENTIFIED.** {f['code']['line']}. These numbers cannot be tied to a "
+               "version of this project.", ""]
+    if f["status"] not in ("complete", "complete-with-failures"):
+        md += [f"> **WARNING: RUN NOT FINISHED: status `{f['status']}`**"
+               + (f" ({f['error']})" if f.get("error") else "")
+               + (": the manifest was never finalised (the run was cut off or copied while running)"
+                  if f["status"] == "running" else "") + ". What is below is what its rows hold.", ""]
+    return md
+
+
+def facts(s: dict[str, Any]) -> list[str]:
+    f = s["run"]
+    rows = [
         ["vLLM", f["vllm"] or "unknown"], ["GPU", f["gpu"] or "none recorded (CPU?)"],
         ["model", f"`{f['model']}`" + (f" (twin of `{f['twin_of']}`)" if f["twin_of"] else "")],
-        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]],
+        ["tensor parallel", str(f["tp"])], ["graph mode", f["graph_mode"]]]
+    if latency(s):
+        rows += _latency_facts(s)
+    rows += [
+        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"
+         + (f"; {f['status_note']}" if f.get("status_note") else "")],
+        ["exit status", "not recorded (the run predates it)" if f.get("exit_status") is None
+         else f"{f['exit_status']}: {MEANING.get(f['exit_status'], '?')}"],
+        ["code", f["code"]["line"]],
+    ]
+    if f.get("harness_flag_overrides") is not None:
+        used = f["harness_flag_overrides"]
+        rows.append(["harness flag overrides", "**allowed** (server.allow_harness_flag_overrides): "
+                     + ("; ".join(f"`{u}`" for u in used) if used else "none used")])
+    return [markdown(["", ""], rows), ""]
+
+
+def _latency_facts(s: dict[str, Any]) -> list[list[str]]:
+    f = s["run"]
+    return [
         ["server mode", str(f["server_mode"])], ["order / passes", f"{f['order']} / {len(f['passes'])}"],
         ["arms (reference first)", ", ".join(f["arms"])],
         ["estimate", f"{f['estimator_definition']}, {f['rounds']} rounds"
@@ -45,71 +89,9 @@ def markdown(a: RunAnalysis, s: dict[str, Any]) -> str:
         ["decision rule", f"alpha {f['alpha']:g} (family-wise, Holm), min effect {f['min_effect_pct']:g} %: "
                           "see Verdicts"],
         ["replication", _replication(f.get("replication"), len(f["passes"]))],
-        ["executor", executor_line(a.concurrency())],
+        ["executor", executor_line(s["executor"])],
         ["GPU time", _gpu_time(f.get("gpu_time"))],
-        ["run status", f"{f['status']} ({f['started']} to {f['ended']})"],
-        ["git", json.dumps(f["git"])]] + _override_row(a.manifest)), ""]
-
-    md += verdict_section(s)
-    md += ["![arm ratio per depth](ratio_vs_depth.png)", ""]
-
-    md += ["## Cells", "", tables.markdown(
-        ["cell", "status", "ms/token", "95 % CI", "±%", "robust se %", "CV %", "rounds", "client ms/tok",
-         "client - est %", "server ms/tok", "est - server %", "stopped by"],
-        [[c["cell_id"], c["status"], num(c.get("estimate_ms")),
-          interval(c.get('ci_lo_ms'), c.get('ci_hi_ms')), num(c.get("half_width_pct"), "{:.1f}"),
-          num(c.get("robust_se_pct"), "{:.2f}"), num(c.get("cv_pct"), "{:.1f}"), num(c.get("n_rounds"), "{}"),
-          num(c.get("client_estimate_ms")),
-          num(c.get("client_gap_pct"), "{:+.2f}") + (" **(disagrees)**" if c.get("client_agrees") is False else ""),
-          num(c.get("server_estimate_ms")), num(c.get("server_disagreement_pct"), "{:+.1f}"),
-          str(c.get("stopped_by") or "-")]
-         for c in s["cells"]]), "", "![decode ms/token vs depth](decode_vs_depth.png)", ""]
-
-    md += ["## Pass agreement (same arm, same depth, across passes)", ""]
-    ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
-    if ag:
-        md += [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "",
-               tables.markdown(["arm", "depth", "largest difference %", "beyond the intervals"],
-                      [[x["arm"], str(x["depth"]), num(x["max_rel_diff_pct"], "{:.1f}"),
-                        "**yes**" if x["flagged"] else "no"] for x in ag]), ""]
-    else:
-        md += ["One pass only: no agreement to report.", ""]
-
-    md += slots_section(a.slots, a.concurrency(), a.alpha)
-    md += floor_section(s["roofline"], a.tp)
-    md += starts_section(a, s)
-    md += ["## Routing (recorded inside the vLLM processes)", ""]
-    routing = s.get("routing") or []
-    if routing:
-        md += ["Counted by the project's plugin in every vLLM process (per-process records in "
-               "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
-               "graphs, counts come from capture and eager steps, not from replays.", "",
-               tables.markdown(["arm", "layer class / gate", "path", "layers", "processes", "graphs", "cells"],
-                      [[r["arm"], f"`{r['what']}`", str(r["path"]), str(r["n_layers"]) if r["n_layers"] is not None else "-",
-                        ", ".join(r["processes"]), ", ".join(r["graphs"]) or "-", str(len(r["cells"]))]
-                       for r in routing]), ""]
-    warned = [(cid, c.get("arm"), w) for cid, c in a.cell_rows.items()
-              if isinstance(c.get("routing"), dict) for w in c["routing"].get("warnings") or []]
-    if warned:  # never an empty or partial routing table that looks like a result
-        md += ["**Routing warnings**: for these cells the routing above is incomplete or unknown "
-               "(their latency stands):", ""] + [f"- `{cid}` ({arm}): {w}" for cid, arm, w in warned] + [""]
-    if not routing and not warned:
-        md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
-
-    gs = s.get("gsm8k") or []
-    if gs:
-        md += ["## GSM8K", ""]
-        for g in gs:
-            c = g["content"]
-            if isinstance(c, dict) and "verdict" in c:
-                md.append(f"**Verdict ({g['file']}): {c['verdict']}**")
-                md.append("")
-            md += [f"`{g['file']}`:", "", "```json", json.dumps(c, indent=1, default=str)[:4000], "```", ""]
-
-    md += [f"## Warnings ({len(s['warnings'])})", ""]
-    md += [f"- {w}" for w in s["warnings"]] or ["None."]
-    md.append("")
-    return "\n".join(md)
+    ]
 
 
 def executor_line(c: dict[str, Any]) -> str:
@@ -120,145 +102,6 @@ def executor_line(c: dict[str, Any]) -> str:
     return (f"{kinds} (Ray: {c['ray_address']}): {c['n_slots']} slot(s) on {c['hosts']} host(s); at most "
             f"**{c['max_at_once_per_host']} cell(s) at once per host** (cap {c['max_per_host_cap']}), "
             f"{c['max_at_once']} at once in all")
-
-
-def slots_section(sl: dict[str, Any], c: dict[str, Any], alpha: float = 0.05) -> list[str]:
-    """Only for runs where some cells ran on Ray slots: cells per slot and the slot effect."""
-    per = sl.get("per_slot") or {}
-    if "ray" not in c["executors"] or not per:
-        return []
-    p = sl.get("p_value")
-    md = ["## Slots (where the cells ran: a blocking factor)", "",
-          f"{executor_line(c)}. Arms over the slots as run: "
-          + ("**balanced**" if sl.get("balanced_as_run") else "**not balanced** (see Warnings)")
-          + f". Slot effect ({sl['test']}): "
-          + (f"p = {p:.3g}" + (" **(slots differ)**" if p < alpha else "") if p is not None
-             else "not testable (one slot, or too few cells)") + ".", "",
-          tables.markdown(["slot", "host", "cells", "arms", "mean deviation from the arm and depth mean %"],
-                          [[name, str(v.get("host")), str(v["n_cells"]),
-                            ", ".join(f"{k} {n}" for k, n in (v.get("arms") or {}).items()),
-                            num(v.get("mean_dev_pct"), "{:+.2f}")] for name, v in per.items()]), ""]
-    return md
-
-
-def _over(per_arm: dict[str, list[float]]) -> str:
-    return "; ".join(f"{arm} " + ", ".join(f"{x:.2f}x" for x in v) for arm, v in per_arm.items() if v) or "-"
-
-
-def floor_section(rf: dict[str, Any], tp: int) -> list[str]:
-    md = ["## HBM floor (bytes one decode step must read / memory bandwidth)", ""]
-    if not rf.get("available"):
-        return md + [f"Floor unavailable: {rf.get('reason')}.", ""]
-    sheet = (f"{rf['bandwidth_gbps']:.0f} GB/s ({rf['bandwidth_source']})" if rf.get("bandwidth_gbps")
-             else f"no datasheet figure ({rf['bandwidth_source']})")
-    measured = (f"{rf['measured_bandwidth_gbps']:.0f} GB/s measured in this run "
-                f"({num(rf.get('measured_fraction_of_datasheet'), '{:.0%}')} of the datasheet; "
-                f"{rf['measured_bandwidth_source']})" if rf.get("measured_bandwidth_gbps")
-                else "no measured bandwidth in this run's manifest")
-    md += [f"{rf['gpu'] or 'GPU'}: datasheet {sheet}; {measured}. TP {rf['tp']}, weights {rf['quantization']} "
-           f"({rf['weight_bits']:.3f} bits/weight), {rf['global_layers']} global + {rf['sliding_layers']} sliding "
-           f"layers (window {rf['window']}).", ""]
-    if tp > 1:
-        md += [f"At tensor parallel {tp} the floor counts each GPU's share of the bytes and leaves out the "
-               "all-reduces between GPUs: measured / floor is larger for that reason too.", ""]
-    md += [tables.markdown(
-        ["depth", "GB/step/GPU (weights + lm_head + KV)", "floor ms (datasheet)", "measured / floor",
-         "floor ms (measured bw)", "measured / that floor"],
-        [[d, f"{e['bytes_per_gpu']['total'] / 1e9:.2f} ({e['bytes_per_gpu']['weights'] / 1e9:.2f} + "
-             f"{e['bytes_per_gpu']['lm_head'] / 1e9:.2f} + {e['bytes_per_gpu']['kv'] / 1e9:.2f})",
-          num(e.get("floor_ms"), "{:.3f}"), _over(e.get("measured_over_floor") or {}),
-          num(e.get("floor_measured_ms"), "{:.3f}"), _over(e.get("measured_over_measured_floor") or {})]
-         for d, e in rf["per_depth"].items()]), ""]
-    return md
-
-
-PHASE_COLS = (("startup_s", "start s"), ("before_log_s", "before vLLM's log"),
-              ("api_to_engine_s", "API -> engine"), ("engine_to_worker_s", "engine -> worker"),
-              ("weights_s", "weights"), ("compile_s", "torch.compile"), ("compile_cache", "cache"),
-              ("graph_capture_s", "graph capture"), ("after_capture_s", "capture -> init end"),
-              ("init_end_to_api_s", "init end -> API"))
-
-
-def starts_section(a: RunAnalysis, s: dict[str, Any]) -> list[str]:
-    starts = s.get("startups") or []
-    if not any(r["starts"] for r in starts):
-        return []
-    cache = (a.manifest.get("config") or {}).get("server", {}).get(
-        "compile_cache", "vllm-default (not recorded: the run predates the setting)")
-    md = ["## Server starts", "",
-          f"Compile cache: `{cache}` (per-arm: each arm's later starts reuse what its first start compiled; "
-          "never across arms).", "",
-          tables.markdown(["arm", "starts", "first s", "later median s", "saved per start s"],
-                          [[r["arm"], str(r["starts"]), num(r["first_s"], "{:.1f}"), num(r["later_median_s"], "{:.1f}"),
-                            num(r["saved_per_start_s"], "{:.1f}")] for r in starts]), ""]
-    phases = s.get("start_phases") or []
-    if phases:
-        md += ["Where each start went, read from the server's own log (seconds; vLLM's log has one-second "
-               "time stamps; `before vLLM's log` is the interpreter starting and importing vLLM; the cache "
-               "column is whether torch.compile loaded its graphs):", "",
-               tables.markdown(["cell", *[h for _, h in PHASE_COLS]],
-                               [[p["cell_id"], *[p.get(k) if k == "compile_cache" and p.get(k) else
-                                                 num(p.get(k), "{:.1f}") for k, _ in PHASE_COLS]]
-                                for p in phases]), ""]
-    return md
-
-
-RULE = ("**slower** / **faster**: Holm-adjusted p < alpha and \\|ratio - 1\\| >= min effect; "
-        "**equivalent**: Holm-adjusted TOST p < alpha (the 90 % interval inside +-min effect); "
-        "**inconclusive**: neither (not \"no change\": the MDE says what the design could resolve); "
-        "**insufficient replication**: fewer than 2 servers in an arm (nothing is decided).")
-
-
-def verdict_section(s: dict[str, Any]) -> list[str]:
-    f = s["run"]
-    md = ["## Verdicts (each arm against the reference, pooled over passes: a server is one replicate)", ""]
-    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
-    if not pooled:
-        return md + ["Only one arm: nothing to compare.", ""]
-    target = f.get("target_mde_pct")
-    md += [f"{RULE} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
-           f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.", "",
-           tables.markdown(
-               ["arm / ref", "depth", "servers", "ratio", "95 % CI", "diff ms/tok (CI)", "df", "p (Holm)",
-                "TOST p (Holm)", "MDE %", f"servers for MDE <= {num(target, '{:g}')} %", "verdict"],
-               [[f"{c['arm']} / {c['reference']}", str(c["depth"]), f"{c['n_arm']} + {c['n_ref']}",
-                 num(c["ratio"], "{:.3f}"),
-                 interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")
-                 + ("" if c.get("ci_kind") in (None, "between-server") else f" ({c['ci_kind']})"),
-                 f"{num(c['diff_ms'], '{:+.2f}')} ({num(c['diff_ci_lo_ms'], '{:+.2f}')}..{num(c['diff_ci_hi_ms'], '{:+.2f}')})",
-                 num(c.get("df"), "{:.1f}"), num(c.get("p_adjusted"), "{:.3g}"), num(c.get("p_equiv_adjusted"), "{:.3g}"),
-                 num(c.get("mde_pct"), "{:.1f}"), _servers(c), f"**{c['decision']}**"] for c in pooled]), ""]
-    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
-    hws = [c["ci_half_width_pct"] for c in pooled if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None]
-    if mdes:
-        md += [f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
-               f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
-               f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
-               f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
-               f"\"Servers for MDE <= {num(target, '{:g}')} %\": servers per arm, at this run's rounds, whose MDE "
-               "would be at most that (from the same model and rule).", ""]
-    vmod = s.get("variance_model")
-    if vmod:
-        md += [f"Variance model: {vmod['components']} ({vmod['method']}) over {vmod['n_cells']} cells on "
-               f"{vmod['n_servers']} servers: server sd {100 * vmod['sd_server']:.3f} %, cell excess sd "
-               f"{100 * vmod['sd_cell_excess']:.3f} %; per-value noise pooled per arm and depth (summary.json: "
-               "`variance_model`).", ""]
-    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
-    if per_pass:
-        md += ["Per pass (two servers only: the interval leaves out between-server variance, so no verdict "
-               "is drawn from it):", "",
-               tables.markdown(["arm / ref", "depth", "pass", "ratio", "95 % CI (within-server)"],
-                               [[f"{c['arm']} / {c['reference']}", str(c["depth"]), str(c["pass"]),
-                                 num(c["ratio"], "{:.3f}"), interval(c["ratio_ci_lo"], c["ratio_ci_hi"], "{:.3f}")]
-                                for c in per_pass]), ""]
-    return md
-
-
-def _servers(c: dict[str, Any]) -> str:
-    if c.get("p_value") is None:
-        return "-"
-    n = c.get("servers_needed")
-    return str(n) if n is not None else f"> 64"
 
 
 def _gpu_time(g: dict[str, Any] | None) -> str:
@@ -286,3 +129,211 @@ def _replication(r: dict[str, Any] | None, passes: int) -> str:
             f"pilot's variance model and costs ({r['stopped_by']}; {r.get('limit')}; predicted "
             f"{num(al.get('predicted_gpu_minutes'), '{:.1f}')} GPU-min); achieved widest +-"
             f"{num(got, '{:.2f}')} % (" + ("target met" if r.get("target_met") else "**target not met**") + ")")
+
+
+# -- verdicts -------------------------------------------------------------------------------------
+def verdicts(s: dict[str, Any]) -> list[str]:
+    f = s["run"]
+    md = ["## Verdicts (each arm against the reference; a server is one replicate)", ""]
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    if not pooled:
+        return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]
+    target = f.get("target_mde_pct")
+    md += [f"{outcomes.rule_text()} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+           f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.", "",
+           render_markdown(sm.COMPARISONS, pooled, target=num(target, "{:g}")), ""]
+    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
+    hws = [c["ci_half_width_pct"] for c in pooled if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None]
+    if mdes:
+        md += [f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
+               f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
+               f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
+               f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
+               f"\"Servers for MDE <= {num(target, '{:g}')} %\": servers per arm, at this run's rounds, whose MDE "
+               "would be at most that (from the same model and rule).", ""]
+    vmod = s.get("variance_model")
+    if vmod:
+        md += [f"Variance model: {vmod['components']} ({vmod['method']}) over {vmod['n_cells']} cells on "
+               f"{vmod['n_servers']} servers: server sd {100 * vmod['sd_server']:.3f} %, cell excess sd "
+               f"{100 * vmod['sd_cell_excess']:.3f} %; per-value noise pooled per arm and depth (summary.json: "
+               "`variance_model`).", ""]
+    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
+    if per_pass:
+        md += ["Per pass (two servers only: the interval leaves out between-server variance, so no verdict "
+               "is drawn from it):", "", render_markdown(sm.COMPARISONS, per_pass, "pass"), ""]
+    if figures.RATIO in figures.drawn(s):
+        md += [f"![arm ratio per depth]({figures.RATIO}) {figures.ratio_caption(s)}", ""]
+    return md
+
+
+# -- cells and their agreement ----------------------------------------------------------------------
+def cells(s: dict[str, Any]) -> list[str]:
+    md = ["## Cells", "", render_markdown(sm.CELLS, s["cells"]), ""]
+    if figures.DECODE in figures.drawn(s):
+        md += [f"![decode ms/token vs depth]({figures.DECODE}) {figures.decode_caption(s)}", ""]
+    return md
+
+
+def agreement(s: dict[str, Any]) -> list[str]:
+    md = ["## Pass agreement (same arm, same depth, across passes)", ""]
+    ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
+    if not ag:
+        return md + ["One pass only: no agreement to report.", ""]
+    return md + [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "", render_markdown(sm.AGREEMENT, ag), ""]
+
+
+def slots(s: dict[str, Any]) -> list[str]:
+    """Only for runs where some cells ran on Ray slots: cells per slot and the slot effect."""
+    sl, c, alpha = s.get("slots"), s["executor"], s["run"]["alpha"]
+    per = (sl or {}).get("per_slot") or {}
+    if not per:
+        return []
+    p = sl.get("p_value")
+    return ["## Slots (where the cells ran: a blocking factor)", "",
+            f"{executor_line(c)}. Arms over the slots as run: "
+            + ("**balanced**" if sl.get("balanced_as_run") else "**not balanced** (see Warnings)")
+            + f". Slot effect ({sl['test']}): "
+            + (f"p = {p:.3g}" + (" **(slots differ)**" if p < alpha else "") if p is not None
+               else "not testable (one slot, or too few cells)") + ".", "",
+            render_markdown(sm.SLOTS, [{"slot": k, **v} for k, v in per.items()]), ""]
+
+
+def gpu_state(s: dict[str, Any]) -> list[str]:
+    """The GPU's state around the cells: its place in the report. e2e/report_gpu.py (issue of the
+    GPU-state work) fills summary.json's `gpu_state` and renders it here; None: nothing recorded."""
+    g = s.get("gpu_state")
+    if not g:
+        return []
+    return [*(g.get("markdown") or []), ""]      # report_gpu.section: its own heading
+
+
+# -- the machine: floor and starts ------------------------------------------------------------------
+def floor(s: dict[str, Any]) -> list[str]:
+    rf, tp = s["roofline"], s["run"]["tp"]
+    md = ["## HBM floor (bytes one decode step must read / memory bandwidth)", ""]
+    if not rf.get("available"):
+        return md + [f"Floor unavailable: {rf.get('reason')}.", ""]
+    sheet = (f"{rf['bandwidth_gbps']:.0f} GB/s ({rf['bandwidth_source']})" if rf.get("bandwidth_gbps")
+             else f"no datasheet figure ({rf['bandwidth_source']})")
+    measured = (f"{rf['measured_bandwidth_gbps']:.0f} GB/s measured in this run "
+                f"({num(rf.get('measured_fraction_of_datasheet'), '{:.0%}')} of the datasheet; "
+                f"{rf['measured_bandwidth_source']})" if rf.get("measured_bandwidth_gbps")
+                else "no measured bandwidth in this run's manifest")
+    md += [f"{rf['gpu'] or 'GPU'}: datasheet {sheet}; {measured}. TP {rf['tp']}, weights {rf['quantization']} "
+           f"({rf['weight_bits']:.3f} bits/weight), {rf['global_layers']} global + {rf['sliding_layers']} sliding "
+           f"layers (window {rf['window']}).", ""]
+    if tp > 1:
+        md += [f"At tensor parallel {tp} the floor counts each GPU's share of the bytes and leaves out the "
+               "all-reduces between GPUs: measured / floor is larger for that reason too.", ""]
+    return md + [render_markdown(sm.FLOOR, [{"depth": d, **e} for d, e in rf["per_depth"].items()]), ""]
+
+
+def starts(s: dict[str, Any]) -> list[str]:
+    f, rows = s["run"], s.get("startups") or []
+    if not any(r["starts"] for r in rows):
+        return []
+    if f.get("eager"):  # no torch.compile and no CUDA graphs: no cache to credit
+        what = ("No compile cache applies: the servers ran eager (`--enforce-eager`: no torch.compile, no "
+                "CUDA graphs), so a later start's difference from the first is not a cache's saving (the OS's "
+                "file cache, the machine's load).")
+        saved = "first - later median s"
+    else:
+        cache = f.get("compile_cache") or "vllm-default (not recorded: the run predates the setting)"
+        what = (f"Compile cache: `{cache}` (per-arm: each arm's later starts reuse what its first start "
+                "compiled; never across arms).")
+        saved = "saved per start s"
+    md = ["## Server starts", "", what, "", render_markdown(sm.STARTS, rows, saved=saved), ""]
+    if s.get("start_phases"):
+        md += ["Where each start went, read from the server's own log (seconds; vLLM's log has one-second "
+               "time stamps; `before vLLM's log` is the interpreter starting and importing vLLM; the cache "
+               "column is whether torch.compile loaded its graphs"
+               + ("; eager: there is no torch.compile, so it stays empty" if f.get("eager") else "") + "):", "",
+               render_markdown(sm.PHASES, s["start_phases"]), ""]
+    return md
+
+
+# -- routing ------------------------------------------------------------------------------------------
+def routing(s: dict[str, Any]) -> list[str]:
+    md = ["## Routing (recorded inside the vLLM processes)", ""]
+    rows, warned = s.get("routing") or [], s.get("routing_warnings") or []
+    if rows:
+        md += ["Counted by the project's plugin in every vLLM process (per-process records in "
+               "`cells/*/records-*/`, folded into each cell's `routing` in cells.jsonl). Under full CUDA "
+               "graphs, counts come from capture and eager steps, not from replays.", "",
+               render_markdown(sm.ROUTING, rows), ""]
+    if warned:  # never an empty or partial routing table that looks like a result
+        md += [f"**Routing warnings** ({len(warned)}): for these cells the routing above is incomplete or "
+               "unknown (their latency stands):", ""]
+        groups: dict[tuple[str, str], list[str]] = {}
+        for w in warned:  # one line per arm and message; process ids differ from server to server
+            groups.setdefault((w["arm"], re.sub(r" pid \d+", "", w["warning"])), []).append(w["cell_id"])
+        md += [f"- {arm}, {len(cids)} cell(s) ({', '.join(f'`{c}`' for c in cids)}): {text}"
+               for (arm, text), cids in groups.items()] + [""]
+    if not rows and not warned:
+        md += ["No routing records in this run (the plugin was off, or no records arrived).", ""]
+    return md
+
+
+# -- gsm8k --------------------------------------------------------------------------------------------
+def gsm8k(s: dict[str, Any]) -> list[str]:
+    gs = s.get("gsm8k") or []
+    if not gs:
+        return []
+    md = ["## GSM8K", ""]
+    for g in gs:
+        md += gsm8k_markdown(g["content"], link_prefix=g["file"].rsplit("/", 1)[0] + "/",
+                             title=f"Sign-off (`{g['file']}`)", level=3)
+    return md
+
+
+def gsm8k_markdown(g: Any, link_prefix: str = "", title: str = "gsm8k sign-off", level: int = 2) -> list[str]:
+    """A gsm8k sign-off summary (gsm8k/summary.json) as tables; links relative to link_prefix."""
+    h = "#" * level
+    if not isinstance(g, dict) or "units" not in g:
+        why = g.get("error") if isinstance(g, dict) and g.get("error") else "not a sign-off summary this harness knows"
+        return [f"{h} {title}", "", f"Unreadable: {why}.", ""]
+    st = g.get("settings") or {}
+    alpha, margin = st.get("alpha"), st.get("max_accuracy_drop")
+    md = [f"{h} {title}", "",
+          f"**Verdict: {g['verdict']}** - model `{g['model']}`, {g['questions']} questions, "
+          f"tasks {', '.join(g['tasks'])}, baseline arm `{g['baseline_arm']}`"
+          + (f", A/A on `{g['aa_arm']}`" if g.get("aa_arm") else "") + "."]
+    old_rule = any("n" in c and "drop_upper" not in c for c in g.get("comparisons") or [])
+    if old_rule:
+        md.append("These comparisons carry no drop bounds: the summary was written under the earlier sign-off "
+                  "rule (pass: McNemar did not reject), and its verdicts are shown as written.")
+    elif alpha is not None and margin is not None:
+        md.append(f"Pass means non-inferiority: the one-sided {100 * (1 - alpha):g} % upper bound of the paired "
+                  f"accuracy drop is at most {100 * margin:.1f} points, on the primary filter of each task, for "
+                  "every arm against the baseline; fail: the lower bound is above it; inconclusive: neither "
+                  "(McNemar is reported, it does not decide).")
+    md.append("")
+    md += [f"- warning: {w}" for w in g.get("warnings") or []]
+    if g.get("warnings"):
+        md.append("")
+    md += [render_markdown(sm.gsm8k_servers(g["tasks"], g.get("primary_filter") or {}, link_prefix), g["units"]), "",
+           render_markdown(sm.GSM8K_COMPARISONS, g.get("comparisons") or []), ""]
+    reasons = [(c, r) for c in g.get("comparisons") or [] if c.get("primary")
+               for r in c.get("reasons", []) + c.get("notes", [])]
+    if reasons:
+        md += ["Reasons:"] + [f"- {c['kind'].upper()} {c['a_server']} vs {c['b_server']} ({c['task']}): {r}"
+                              for c, r in reasons] + [""]
+    if g.get("definitions"):
+        md += ["Definitions: " + "; ".join(f"*{k}*: {v}" for k, v in g["definitions"].items()) + ".", ""]
+    md += [f"Numbers: [summary.json]({link_prefix}summary.json); task files as run: [tasks/]({link_prefix}tasks/).", ""]
+    return md
+
+
+def warnings(s: dict[str, Any]) -> list[str]:
+    md = [f"## Warnings ({len(s['warnings'])})", ""]
+    md += [f"- {w}" for w in s["warnings"]] or ["None."]
+    return md + [""]
+
+
+SECTIONS: list[Section] = [head, facts, verdicts, cells, agreement, slots, gpu_state, floor, starts,
+                           routing, gsm8k, warnings]
+
+
+def as_json(s: dict[str, Any]) -> dict[str, Any]:
+    """The summary as summary.json holds it (keys strings, tuples lists): what report.md is rendered from."""
+    return json.loads(json.dumps(s, default=str))

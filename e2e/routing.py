@@ -116,10 +116,32 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
         [{"pid": pid, "cmdline": cmd} for pid, cmd in sorted(live.items()) if pid not in {r.get("pid") for r in recs}]
     out["hooks"] = hook_table(recs)
     out["warnings"] = routing_warnings(recs, out, live is not None)
+    out["warnings"] += step_gaps(out)
     if "per-step" in modes:
-        out["per_step_complete"] = all("FULL" not in str(r.get("cudagraph_mode")) or r.get("enforce_eager")
+        # complete only where every model-serving process counted steps and ran no full graphs
+        out["per_step_complete"] = all(("FULL" not in str(r.get("cudagraph_mode")) or r.get("enforce_eager"))
+                                       and (r.get("model_steps") or 0) > 0
                                        for r in recs if r.get("runs_model"))
     return out
+
+
+def step_gaps(folded: dict[str, Any]) -> list[str]:
+    """The recorder's step hook never fired in a process that serves the model (its hook was found
+    or not looked for, and it counted 0 steps): step counts, and the per-step counts a per-step
+    mode asks for, are missing. Read from a cell row's `routing`, so older rows are judged too."""
+    if any("hook 'steps'" in w for w in folded.get("warnings") or []):
+        return []  # already said: the hook was not found there
+    if any(p.get("error") for p in folded.get("processes") or []):
+        return []  # the plugin failed there (patch_problem says so): no step could run
+    never = [p for p in folded.get("processes") or []
+             if (p.get("serves_model") or p.get("runs_model")) and p.get("model_steps") == 0]
+    if not never:
+        return []
+    asked = "per-step" in (folded.get("routing_mode") or [])
+    versions = " / ".join(sorted({str(p.get("vllm_version")) for p in never if p.get("vllm_version")})) or "unknown"
+    return [f"the recorder's step hook never fired in {', '.join(p['label'] for p in never)} (vLLM {versions}): "
+            "no step counts" + ("; the per-step counts asked for (E2E_ROUTING_MODE = per-step) were not "
+                                "delivered" if asked else "")]
 
 
 def _serves_model(r: dict[str, Any]) -> bool:

@@ -32,11 +32,6 @@ from e2e.server import ServerGone, VllmServer, port_in_use
 from e2e.store import CELLS, REQUESTS, RunStore
 
 
-def make_sampler(cfg: Config) -> TokenSampler:
-    """Checked before a run folder exists: a model we cannot draw prompts for is bad input."""
-    return TokenSampler.for_model(cfg.model.path, cfg.workload.seed, cfg.model.vocab_size)
-
-
 class Runner:
     def __init__(self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress,
                  sampler: TokenSampler, stop_rule_factory: Callable[[Config], Any] | None = None,

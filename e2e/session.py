@@ -1,33 +1,41 @@
-"""A run from start to report: create or reopen the run folder, write the manifest and plan, run
-the cells (e2e/runner.py), then the gsm8k sign-off, then the report. The CLI calls this; nothing
-else imports the run loop.
+"""A run folder's life, from creation to its final status: a new run (start), a resumed one
+(resume), and the stand-alone gsm8k sign-off's folder (gsm8k); in each, the manifest and plan, the
+cells (through an executor: only e2e/executors/ import the run loop), the sign-off, the report, and
+last the final status and exit status in the manifest, also after a crash or an interrupt. The CLI
+(e2e/commands.py) parses and calls this; the store (e2e/store.py) names and guards the folder.
 
-Exit status: 0 done (and gsm8k passed, when it ran), 1 done with failed cells or a failed sign-off,
-3 done but the sign-off could not decide (inconclusive or incomplete), 130 interrupted (servers
-stopped, rows kept, resumable with --resume). Latency verdicts do not set the status: a run states
-them; `compare` turns them into a regression status.
+Exit status (e2e/outcomes.py's run_status): 0 done (and gsm8k passed, when it ran), 1 done with
+failed cells or a failed sign-off, 3 done but the sign-off could not decide (inconclusive or
+incomplete), 130 interrupted (servers stopped, rows kept, resumable with --resume), 2 an error.
+Latency verdicts do not set the status: a run states them; `compare` turns them into a regression
+status. The console ends with the answer: the verdict table, the sign-off, the exit status's meaning.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import live_servers
+from e2e import exits, identity, live_servers, outcomes
 from e2e import manifest as mf
-from e2e.config import Config, config_from_manifest
+from e2e import summary as sm
+from e2e.accuracy import command as gsm8k_step
+from e2e.config import Config, config_difference, config_from_manifest, load_config, with_overrides
+from e2e.errors import UserError
 from e2e.executors import ExecutorOptions, LocalExecutor, create as create_executor
 from e2e.formats import now
 from e2e.interrupts import INTERRUPTS, sigterm_as_interrupt
 from e2e.launch import build_manifest, check_launchable, server_spec
 from e2e.manifest_model import check_unchanged
+from e2e.measure import TokenSampler
 from e2e.plan import Cell, next_pass
-from e2e.progress import Progress, cells_table
+from e2e.progress import Progress, make_console
 from e2e.redact import secret_values
-from e2e.runner import make_sampler
-from e2e.store import RunStore
+from e2e.store import RunStore, run_folder
+from e2e.tables import render_console
 
 
 @dataclass(frozen=True)
@@ -40,10 +48,23 @@ class Options:
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)  # where the cells run
 
 
+def _sampler(cfg: Config) -> TokenSampler:
+    """Checked before a run folder exists: a model we cannot draw prompts for is bad input."""
+    return TokenSampler.for_model(cfg.model.path, cfg.workload.seed, cfg.model.vocab_size)
+
+
+def _preflight(cfg: Config, opts: Options) -> None:
+    """What a run needs later, checked before any server starts: the sign-off's lm-eval, data,
+    tasks and arms when it will run (a missing optional dependency names its extra)."""
+    if cfg.gsm8k.enabled and opts.gsm8k:
+        gsm8k_step.preflight(cfg, [a.name for a in cfg.arms], opts.gsm8k_limit, opts.gsm8k_aa)
+
+
 def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Options) -> int:
     """A new run folder at root (refused if it exists and is not empty), then execute()."""
-    sampler = make_sampler(cfg)  # bad input before a run folder exists
+    sampler = _sampler(cfg)  # bad input before a run folder exists
     check_launchable(cfg)
+    _preflight(cfg, opts)
     if root.exists() and any(root.iterdir()):
         RunStore.create(root)  # its one-line refusal, before a cluster is started for nothing
     # Before a cluster, a bandwidth probe or a cell shares this host with what a dead harness left.
@@ -75,8 +96,9 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
         cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
         store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
         cells = [Cell.from_dict(c) for c in store.plan()]
-        sampler = make_sampler(cfg)
+        sampler = _sampler(cfg)
         check_launchable(cfg)
+        _preflight(cfg, opts)
         # We hold its lock, so the harness whose manifest says "running" is gone (SIGKILL, a crash
         # of the machine): say so, on disk first. Then stop what it (or any dead harness) left.
         died = m.get("status") == "running"
@@ -90,8 +112,9 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
             # Resume works across executors; an arm's vLLM must stay the one its rows came from.
             ex.prepare(cfg, cells, m)
             resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
-            # The code that runs the rest: its own commit, not the one that started the run.
+            # The code that runs the rest: its own commit and content, not the one that started the run.
             m["resumes"] = resumes + [{"started": now(), "git": mf.git_commit(mf.project_root()),
+                                       "code": identity.identify(mf.project_root(), m.get("config") or {}),
                                        "status_before": m.get("status")}]
             if stopped:
                 m["orphans_stopped"] = (m.get("orphans_stopped") or []) + stopped
@@ -174,33 +197,28 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
             if cfg.run.target_ci_pct is not None:
                 _replicate(cfg, store, cells, console, opts, sampler, t0, ex)
     except INTERRUPTS:
-        store.update_manifest(status="interrupted", ended=now())
+        finish(store, "interrupted", exits.INTERRUPTED)
         console.print(f"interrupted: servers stopped; rows so far are in {store.root}; "
                       f"continue with --resume {store.root}")
-        return 130
-    rows = store.cells()  # every finished cell, this call's and earlier ones' (resume)
-    failed = [r for r in rows if r["status"] != "ok"]
-    console.print(cells_table(rows, title=f"{cfg.name}: decode ms per token"))
+        return exits.INTERRUPTED
+    failed = [r for r in store.cells() if r["status"] != "ok"]  # this call's and earlier ones' (resume)
     verdict = None
     if cfg.gsm8k.enabled and opts.gsm8k:  # the accuracy sign-off, each arm on a fresh server
-        from e2e.accuracy.command import run_gsm8k
         try:
             with sigterm_as_interrupt():
-                g = run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], opts.gsm8k_limit,
-                              aa=opts.gsm8k_aa, console=console)
+                g = gsm8k_step.run_gsm8k(cfg, store.root, [x.name for x in cfg.arms], opts.gsm8k_limit,
+                                         aa=opts.gsm8k_aa, console=console)
         except INTERRUPTS:
-            store.update_manifest(status="interrupted", ended=now())
+            finish(store, "interrupted", exits.INTERRUPTED)
             console.print(f"interrupted during gsm8k; latency rows are complete in {store.root}")
-            return 130
+            return exits.INTERRUPTED
         verdict = g["verdict"]
         store.update_manifest(gsm8k_verdict=verdict)
-        console.print(f"gsm8k sign-off: {verdict} ({store.root / 'gsm8k' / 'gsm8k.md'})")
-    store.update_manifest(status="complete" if not failed else "complete-with-failures", ended=now())
+    status = outcomes.run_status(bool(failed), verdict)
+    finish(store, "complete" if not failed else "complete-with-failures", status)
     write_report(store.root)
-    console.print(f"report: {store.root / 'report.md'}")
-    if failed or verdict == "fail":
-        return 1
-    return 0 if verdict in (None, "pass") else 3
+    say_the_answer(console, store.root, status)
+    return status
 
 
 def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
@@ -232,11 +250,113 @@ def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, op
     store.update_manifest(replication=decision.outcome(store.root))
 
 
+def finish(store: RunStore, status: str, exit_status: int, **more: Any) -> None:
+    """The folder's final word: its status, end time and exit status, in the manifest."""
+    store.update_manifest(status=status, ended=now(), exit_status=exit_status, **more)
+
+
 def _mark_stopped(store: RunStore, exc: Exception) -> None:
-    """Best effort: the run stopped on an error; a folder that cannot be written keeps its manifest."""
+    """Best effort: the run stopped on an error (exit 2); a folder that cannot be written keeps its
+    manifest. A run whose measurement had finished keeps its status; the error and exit are added."""
     try:
+        error = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+        code = getattr(exc, "exit_code", exits.BAD_INPUT)
         if store.manifest().get("status") == "running":
-            store.update_manifest(status="stopped-on-error", ended=now(),
-                                  error=(f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300])
+            finish(store, "stopped-on-error", code, error=error)
+        else:
+            store.update_manifest(exit_status=code, error=error)
     except Exception:
         pass
+
+
+# -- the console's last word ---------------------------------------------------------------------
+def say_the_answer(console: Any, root: Path, status: int) -> None:
+    """The verdict table (arm, depth, ratio and interval, verdict, MDE), the cells, the sign-off and
+    what the exit status means, from the summary.json just written."""
+    s = json.loads((root / "summary.json").read_text())
+    console.print(render_console(sm.CELLS, s["cells"], title=f"{s['run']['run_id']}: cells"))
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    if pooled:
+        console.print(render_console(sm.COMPARISONS, pooled, title="verdicts (each arm against "
+                                     f"{s['run']['reference_arm']}; Holm, min effect {s['run']['min_effect_pct']:g} %)"))
+    else:
+        console.print("verdicts: one arm only, nothing to compare")
+    for g in s.get("gsm8k") or []:
+        c = g["content"]
+        if isinstance(c, dict) and "units" in c:
+            primary = [x for x in c.get("comparisons") or [] if x.get("primary")]
+            console.print(render_console(sm.GSM8K_COMPARISONS, primary,
+                                         title=f"gsm8k sign-off: {c['verdict']} ({c['questions']} questions)"))
+            for w in c.get("warnings") or []:
+                console.print(f"gsm8k: {w}")
+    console.print(f"report: {root / 'report.md'}")
+    console.print(f"exit status {status}: {exits.MEANING[status]}")
+
+
+# -- the stand-alone sign-off's folder -----------------------------------------------------------
+# What --config must agree on with an existing run's own config: what decides its servers and the
+# sign-off. (The latency workload and stats do not matter here.)
+SAME_SECTIONS = ("model", "server", "arms", "gsm8k")
+
+
+def gsm8k_config(run_dir: Path | None, config: str | None, default_config: str,
+                 overrides: dict[str, Any]) -> Config:
+    """An existing run folder's own config (its manifest's), else --config (or the default); then
+    the flags. A --config that differs from the run's own in what decides the sign-off is refused."""
+    if run_dir is None or not (run_dir / "manifest.json").is_file():
+        return load_config(config or default_config, overrides)
+    own = config_from_manifest(RunStore.open_existing(run_dir).manifest(), f"{run_dir}/manifest.json")
+    if config is not None:
+        diff = config_difference(load_config(config), own, SAME_SECTIONS)
+        if diff:
+            raise UserError(f"--config {config} differs from the config {run_dir} recorded (at {diff}); "
+                            "drop --config: gsm8k --run-dir uses the run's own")
+    return with_overrides(own, overrides, f"{run_dir}/manifest.json")
+
+
+def gsm8k(cfg: Config, run_dir: Path | None, run_id: str | None, arms: list[str] | None, limit: int | None,
+          aa: str | None, assets_dir: Path) -> int:
+    """`run_e2e.py gsm8k`: the sign-off into run_dir (an existing run's, or a new folder), or into a
+    new folder <out>/<run-id>. A folder made for the sign-off gets its manifest, plan and final
+    status (reused later with --run-dir, it is finalised again); an existing run's gets
+    gsm8k_verdict and gsm8k_exit_status beside its own status. 0 pass, 1 fail, 3 inconclusive or
+    incomplete, 2 bad input, 130 interrupted."""
+    names = arms or [x.name for x in cfg.arms]
+    gsm8k_step.preflight(cfg, names, limit, aa)
+    if run_dir is not None:
+        root, fresh = run_dir, not (run_dir / "manifest.json").is_file()
+    else:
+        root, fresh = run_folder(cfg.run.out, run_id, cfg.name, "-gsm8k"), True
+    check_launchable(cfg, names + ([aa] if aa else []))  # before a run folder exists
+    store = RunStore.create(root) if fresh else RunStore.open_existing(root)
+    console = make_console(stderr=True)
+    with store:
+        own = fresh or store.manifest().get("command") == "gsm8k"  # the sign-off's own folder
+        if fresh:
+            m = build_manifest(cfg, root.name, [])
+            m["command"] = "gsm8k"
+            store.write_manifest(m)
+            store.write_plan([])
+        elif own:
+            store.update_manifest(status="running", ended=None)
+        console.print(f"run folder: {root}")
+        try:
+            with sigterm_as_interrupt():
+                summary = gsm8k_step.run_gsm8k(cfg, root, names, limit, aa, console, assets_dir)
+        except INTERRUPTS:
+            if own:
+                finish(store, "interrupted", exits.INTERRUPTED)
+            console.print(f"interrupted: servers stopped; finished units are kept in {root}/gsm8k "
+                          "and reused when the same command runs again with --run-dir")
+            return exits.INTERRUPTED
+        except Exception as exc:
+            if own:
+                _mark_stopped(store, exc)
+            raise
+        status = outcomes.status_of([summary["verdict"]], outcomes.SIGNOFF)
+        if own:
+            finish(store, "complete", status, gsm8k_verdict=summary["verdict"])
+        else:
+            store.update_manifest(gsm8k_verdict=summary["verdict"], gsm8k_exit_status=status)
+    console.print(f"exit status {status}: {exits.MEANING[status]}")
+    return status

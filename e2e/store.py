@@ -37,6 +37,23 @@ KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
 MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
 
 
+def run_folder(out: str | Path, run_id: str | None, config_name: str, suffix: str = "") -> Path:
+    """<out>/<run-id>: the run id given, or a time stamp and the config's name. A run id is a plain
+    name (letters, digits, '_', '.', '-'; no '..'), never a path: a run stays under its root."""
+    import time
+
+    from e2e.config import is_plain_name
+
+    name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}{suffix}"
+    if not is_plain_name(name):
+        if run_id:
+            raise UserError(f"--run-id {run_id!r}: give a plain name (letters, digits, '_', '.', '-'; "
+                            "no '..'), not a path; --out sets where it goes")
+        raise UserError(f"name {config_name!r}: the config's name makes the run folder's name; use "
+                        "letters, digits, '_', '.', '-' (or give --run-id)")
+    return Path(out) / name
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """All complete rows. A torn LAST line (a crash mid-write) is skipped; a torn line elsewhere
     means the file was damaged some other way, and is an error."""

@@ -3,7 +3,9 @@
     python -m kernels_check [--quick] [--shapes 8/8,16/8,...] [--contexts 1024,...] [--dtypes bf16]
     python -m kernels_check --report results/kernels/<run-id>     (recompute summary, no GPU)
 
-Exit status: 0 done (every row ok), 1 done with failed or misrouted rows, 2 bad input or no GPU.
+Exit status (e2e/exits.py, the rule of every entry point): 0 done (every row ok), 1 done with
+failed or misrouted rows, 2 bad input, no GPU or a crash (traceback, then `error: internal error`),
+130 interrupted (rows so far are kept).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 from e2e.errors import UserError
+from e2e.exits import guarded
 from kernels_check import cells as C
 
 DEFAULT_OUT = "results/kernels"
@@ -66,10 +69,9 @@ def resolve(a: argparse.Namespace) -> dict:
 
 def require_gpu() -> None:
     """One line and exit 2 (via UserError) when there is no GPU to run kernels on."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise UserError(f"kernels_check needs PyTorch with a GPU: {exc}") from None
+    from e2e import extras
+    extras.require("kernels", "kernels_check (PyTorch with a GPU)")
+    import torch
     if not torch.cuda.is_available():
         raise UserError("kernels_check needs a CUDA or ROCm GPU: torch.cuda.is_available() is False "
                         "on this machine (use --report RUN_DIR to summarise an existing run)")
@@ -77,17 +79,15 @@ def require_gpu() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if a.report:
-            print(__import__("kernels_check.report", fromlist=["x"]).write_report(Path(a.report)), end="")
-            return 0
-        plan = resolve(a)
-        require_gpu()
-        from kernels_check.run import run
-        return run(a, plan)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: rows so far are kept", file=sys.stderr)
-        return 130
+    return guarded(_main, a)
+
+
+def _main(a: argparse.Namespace) -> int:
+    if a.report:
+        from kernels_check.report import write_report
+        print(write_report(Path(a.report)), end="")
+        return 0
+    plan = resolve(a)
+    require_gpu()
+    from kernels_check.run import run
+    return run(a, plan)

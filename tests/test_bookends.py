@@ -15,7 +15,7 @@ from e2e import bookends, report_gpu
 from e2e.cli import main
 from e2e.formats import request_row
 from e2e.store import counted_requests, read_jsonl
-from tests.test_executor_support import standin, standin_cfg  # noqa: F401
+from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 4000  # simulated servers per design (about 0.05 s each)

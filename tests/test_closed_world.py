@@ -8,7 +8,7 @@
 - twin / assets never delete a folder the tool did not make.
 
 No real server is needed: every case is refused before a server would start, or (the resume cases)
-the stand-in `server.python` of tests/hardening_support.py is launched the way vLLM is and exits at
+the stand-in `server.python` of tests/support/hardening.py is launched the way vLLM is and exits at
 once, which is what made the old code write its output through the planted links.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ from e2e.errors import UserError
 from e2e.formats import cell_row
 from e2e.store import CELLS, REQUESTS, RunStore
 from e2e.twin.stamp import STAMP
-from tests.hardening_support import digest, finished_run, one_line, run_cli, run_copy, standin  # noqa: F401
+from tests.support.hardening import digest, finished_run, one_line, run_cli, run_copy, standin  # noqa: F401
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 OUTSIDE = b"root:x:0:0:root:/root:/bin/bash\n"  # a file outside the run folder (a copy of /etc/passwd)
 TINY = ["--set", "num_hidden_layers=1", "--set", "hidden_size=128", "--set", "intermediate_size=256",
@@ -129,8 +129,13 @@ def test_a_server_log_is_not_opened_through_a_link(tmp_path, standin):
     assert srv.proc is None and (tmp_path / "outside").read_bytes() == OUTSIDE
 
 
-def test_report_files_are_replaced_by_rename_never_written_in_place(run_copy, tmp_path, capsys):
-    """A hard link outside the folder (which the symlink check cannot see) keeps its bytes."""
+def test_report_files_are_replaced_by_rename_never_written_in_place(tmp_path, capsys):
+    """A hard link outside the folder (which the symlink check cannot see) keeps its bytes. (A run
+    folder with measured cells, so that both figures are drawn too.)"""
+    from tests.support.synthetic import make_run
+
+    run_copy = make_run(tmp_path / "run", {"stock": 2.0, "widened": 2.2})
+    assert main(["report", str(run_copy)]) == 0
     names = ["report.md", "summary.csv", "comparisons.csv", "summary.json", "decode_vs_depth.png",
              "ratio_vs_depth.png"]
     for n in names:

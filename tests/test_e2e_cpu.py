@@ -13,20 +13,14 @@ import time
 import pytest
 
 from e2e.cli import main
-from tests.procs import tagged_processes
+from tests.support import CELL_FIELDS, REQUEST_FIELDS
+from tests.support.procs import tagged_processes
 from e2e.store import read_jsonl
 
 pytestmark = pytest.mark.server
 
 SMALL = ["--config", "configs/cpu-demo.toml", "--depths", "128", "--reps", "2", "--no-progress",
          "--no-gsm8k", "--server-mode", "fresh"]
-
-REQUEST_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "n_tokens", "round", "t_client_s",
-                  "prompt_tokens", "completion_tokens", "finish_reason", "valid", "server_decode_s",
-                  "server_prefill_s", "server_e2e_s"}
-CELL_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "status", "startup_s", "warmup_s",
-               "measure_s", "decode_ms_per_token", "server_decode_ms_per_token", "log_path", "routing"}
-
 
 def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
     rc = main([*SMALL, "--order", "both", "--passes", "2", "--out", str(tmp_path), "--run-id", "both"])

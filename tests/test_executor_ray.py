@@ -1,4 +1,4 @@
-"""--executor ray on a Ray cluster of this host, with the stand-in server (tests/test_executor_support.py):
+"""--executor ray on a Ray cluster of this host, with the stand-in server (tests/support/executor_standin.py):
 the same rows as the local executor, cells side by side on two slots, a killed Ray worker and a lost
 node retried (the lost attempt's rows never counted), Ctrl-C on the driver stopping every server,
 resume across executors, and what is refused before anything starts. The same paths on real
@@ -15,8 +15,8 @@ import pytest
 
 from e2e.executors.node_side import scratch_root
 from e2e.store import counted_requests, read_jsonl
-from tests.procs import tagged_processes, wait_for_line
-from tests.test_executor_support import (cluster, harness, manifest, ray_cluster, standin,  # noqa: F401
+from tests.support.procs import tagged_processes, wait_for_line
+from tests.support.executor_standin import (cluster, harness, manifest, ray_cluster, standin,  # noqa: F401
                                          standin_cfg)
 
 pytest.importorskip("ray")
@@ -44,7 +44,8 @@ def wait_rows(run_dir: Path, cell_id: str, timeout: float = 120) -> None:
 def test_same_rows_and_verdict_schema_as_local_and_two_cells_at_once(tmp_path, standin, ray_cluster):
     c, _ = ray_cluster
     cfg = standin_cfg(tmp_path / "c.toml", standin)
-    assert run(cfg, tmp_path, "local")[0] == 0
+    rc, out = run(cfg, tmp_path, "local")
+    assert rc == 0, out
     rc, out = run(cfg, tmp_path, "ray", "--executor", "ray", "--ray-address", c.address, "--max-per-host", "2")
     assert rc == 0, out
     loc, ray_ = tmp_path / "local", tmp_path / "ray"

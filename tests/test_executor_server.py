@@ -11,9 +11,9 @@ import time
 import pytest
 
 from e2e.store import counted_requests, read_jsonl
-from tests.procs import tagged_processes, wait_for_line
-from tests.test_e2e_cpu import CELL_FIELDS, REQUEST_FIELDS
-from tests.test_executor_support import harness, manifest
+from tests.support.procs import tagged_processes, wait_for_line
+from tests.support import CELL_FIELDS, REQUEST_FIELDS
+from tests.support.executor_standin import harness, manifest
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.server

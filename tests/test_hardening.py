@@ -3,7 +3,7 @@ run folder goes, which interpreter runs, config shapes. Each case runs the real 
 exit code, the one-line message, and that nothing already written changed (file digests).
 Part 2 (tests/test_hardening_folders.py): resume, damaged and read-only run folders, exit codes,
 gsm8k --run-dir. Part 3 (tests/test_hardening_fuzz.py): the run-folder readers fuzzed, a clean install.
-The stand-in server is described in tests/hardening_support.py.
+The stand-in server is described in tests/support/hardening.py.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from e2e.cli import main
 from e2e.config import load_config
 from e2e.redact import REDACTED, is_secret_name, redact_args, redact_env, secret_values
 from e2e.store import CELLS, MANIFEST, RunStore
-from tests.hardening_support import base_cfg, digest, finished_run, new_run, run_cli, standin, write_cfg  # noqa: F401
+from tests.support.hardening import base_cfg, digest, finished_run, new_run, run_cli, standin, write_cfg  # noqa: F401
 
 
 # -- secrets ----------------------------------------------------------------------------------------

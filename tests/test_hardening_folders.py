@@ -13,7 +13,7 @@ from e2e import manifest as mf
 from e2e.cli import main
 from e2e.config import parse_config
 from e2e.store import CELLS, MANIFEST, PLAN, write_json_atomic
-from tests.hardening_support import (ROOT, base_cfg, digest, finished_run, one_line, read_only,  # noqa: F401
+from tests.support.hardening import (ROOT, base_cfg, digest, finished_run, one_line, read_only,  # noqa: F401
                                      run_cli, run_copy, standin, write_cfg)
 
 

@@ -18,8 +18,8 @@ from e2e.config import config_from_manifest, parse_config
 from e2e.errors import UserError
 from e2e.redact import REDACTED
 from e2e.store import CELLS, MANIFEST, PLAN, REQUESTS, RunStore, counted_requests
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # -- fuzzing the run-folder readers --------------------------------------------------------------------

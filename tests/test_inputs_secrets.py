@@ -25,7 +25,7 @@ from e2e import launch
 from e2e.cli import main
 from e2e.redact import REDACTED, redact_args, redact_config, scrub, scrub_file, secret_values
 from e2e.store import MANIFEST
-from tests.hardening_support import base_cfg, write_cfg
+from tests.support.hardening import base_cfg, write_cfg
 
 # Each holds a backslash, a double quote, a single quote or a non-ASCII letter: characters every
 # encoding below spells differently from the raw value.

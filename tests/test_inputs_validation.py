@@ -6,7 +6,7 @@
   existed: env names with '=', NUL bytes, absurd depths, NaN/inf numbers, --cpus-per-cell nan.
 - Statistics bounds: min_effect_pct in (0, 50], alpha in (0, 0.5), in a config and in a manifest.
 - A manifest whose config was edited after the run started is refused by --resume (content hash).
-The runs are made by the real harness with the stand-in server of tests/hardening_support.py (its
+The runs are made by the real harness with the stand-in server of tests/support/hardening.py (its
 cells fail at once: these are input faults, no server behaviour is under test).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from e2e.cli import main
 from e2e.store import MANIFEST, write_json_atomic
-from tests.hardening_support import (base_cfg, digest, finished_run, one_line, run_cli, run_copy,  # noqa: F401
+from tests.support.hardening import (base_cfg, digest, finished_run, one_line, run_cli, run_copy,  # noqa: F401
                                      standin, write_cfg)
 
 

@@ -11,7 +11,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +19,8 @@ from e2e.errors import UserError
 from kernels_check import cells, faults, paging, paths, report, scoring
 from kernels_check.cli import main
 from kernels_check.reference import reference_decode
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def dense(seqs, max_len, q_heads, kv_heads, d, dtype=torch.bfloat16, seed=0):

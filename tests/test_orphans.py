@@ -1,5 +1,5 @@
 """No server outlives the harness (issue 22), through the real CLI in a child process, against the
-STAND-IN of tests/orphans_support.py (it ignores SIGTERM, so a teardown lasts stop_timeout_s, and it
+STAND-IN of tests/support/orphans.py (it ignores SIGTERM, so a teardown lasts stop_timeout_s, and it
 prints its secrets): signals mid-teardown, SIGKILL of the harness and what report, --resume and the
 next start do about what it left, a full disk mid-cell. Each takes seconds."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from e2e import live_servers
 from e2e.cli import main
 from e2e.interrupts import held
-from tests.orphans_support import (HF_TOKEN, kill_all, killed_harness, manifest, orphan_cfg, secrets_in,
+from tests.support.orphans import (HF_TOKEN, kill_all, killed_harness, manifest, orphan_cfg, secrets_in,
                                    start_harness, start_run, tagged_processes, the_server, wait_for_line,
                                    wait_in_file, write_standin)
 

@@ -1,7 +1,7 @@
 """--executor ray with the cluster the run starts itself (issue 22): it listens on loopback only and
 refuses a client without its token; SIGTERM to the driver is the same clean interrupt as Ctrl-C;
 SIGKILL of the driver leaves nothing that the next --resume does not stop. Against the STAND-IN of
-tests/orphans_support.py (a Ray cluster start is ~20 s here; the rest seconds)."""
+tests/support/orphans.py (a Ray cluster start is ~20 s here; the rest seconds)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from e2e import live_servers
-from tests.orphans_support import (HF_TOKEN, kill_all, manifest, orphan_cfg, secrets_in, start_harness, start_run,
+from tests.support.orphans import (HF_TOKEN, kill_all, manifest, orphan_cfg, secrets_in, start_harness, start_run,
                                    tagged_processes, the_server, wait_for_line)
 
 pytest.importorskip("ray")
@@ -34,7 +34,7 @@ except Exception as exc:
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
-    from tests.orphans_support import write_standin
+    from tests.support.orphans import write_standin
     return write_standin(tmp_path_factory.mktemp("orphan-standin"))
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from tests.conftest import write_config
-from tests.orphans_support import HF_TOKEN, kill_all, manifest, secrets_in, start_harness, start_run
-from tests.procs import tagged_processes, wait_for_line
+from tests.support import write_config
+from tests.support.orphans import HF_TOKEN, kill_all, manifest, secrets_in, start_harness, start_run
+from tests.support.procs import tagged_processes, wait_for_line
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from scipy import stats as st
 
 from e2e import planning
 from e2e import variance_model as vm
-from tests.test_variance_model import per_arm_pass
+from tests.support.synthetic import per_arm_pass
 
 
 @pytest.mark.parametrize("se,df,alpha,m,delta", [

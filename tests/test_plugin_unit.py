@@ -28,7 +28,7 @@ from e2e import routing as folding
 from e2e.config import ArmCfg, parse_config
 from e2e.errors import UserError
 from e2e.plugin import hooks, patches, recorder
-from tests import vllm_excerpts
+from tests.support import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_GATE = Path(sysconfig.get_paths()["purelib"]) / "vllm" / "platforms" / "rocm.py"

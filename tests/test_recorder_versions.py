@@ -19,7 +19,7 @@ import pytest
 from e2e import routing
 from e2e.config import ArmCfg
 from e2e.plugin import contract as pc
-from tests import vllm_excerpts
+from tests.support import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
 

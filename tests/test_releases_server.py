@@ -23,8 +23,8 @@ from e2e import routing as folding
 from e2e.config import ArmCfg
 from e2e.cli import main
 from e2e.store import read_jsonl
-from tests.conftest import write_config
-from tests.procs import tagged_processes
+from tests.support import write_config
+from tests.support.procs import tagged_processes
 
 pytestmark = pytest.mark.slow
 

@@ -4,70 +4,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from e2e import compare, history, report, verdicts
-from e2e.config import config_to_dict, parse_config
 from e2e.errors import UserError
-from e2e.plan import make_plan
-from e2e.store import CELLS, REQUESTS, RunStore
-
-L, S = 64, 8
-
-
-def make_run(root: Path, speeds: dict[str, float], depths=(1024, 8192), passes=2, seed=0,
-             failed=(), missing=(), twin_of=None, vllm="0.26.0", gpu="NVIDIA H200", started="2026-11-29T10:00:00",
-             model="gemma-3-27b-it-w4a16", dead_attempt=None, between=0.01, row_extra=None) -> Path:
-    """A run folder as the runner writes it. speeds: arm -> ms/token at the smallest depth (grows
-    5 % per depth step); each cell (server) is off by a relative normal(0, between).
-    failed / missing: cell ids recorded as failed / never run. row_extra: cell id -> fields added to
-    that cell's row (a bookend, a GPU state)."""
-    arms = list(speeds)
-    cfg = parse_config({"name": "t", "model": {"path": model, "twin_of": twin_of},
-                        "server": {"tensor_parallel_size": 2},
-                        "workload": {"depths": list(depths), "long_tokens": L, "short_tokens": S, "rounds": 6},
-                        "run": {"order": "both", "passes": passes},
-                        "arms": [{"name": a} for a in arms]})
-    cells = make_plan(cfg)
-    store = RunStore.create(root)
-    rng = np.random.default_rng(seed)
-    with store:
-        store.write_manifest({
-            "schema_version": 1, "run_id": root.name, "started": started, "ended": started, "status": "complete",
-            "config": config_to_dict(cfg), "server_mode": "fresh", "model": {"path": model, "twin_of": twin_of},
-            "arms": {a: {"installation": {"vllm": vllm}} for a in arms},
-            "gpu": {"nvidia_smi": [{"name": gpu, "driver": "580", "memory": "141 GB"}]} if gpu else {},
-            "git": {"commit": "abc", "dirty": False}})
-        store.write_plan([c.to_dict() for c in cells])
-        for c in cells:
-            if c.cell_id in missing:
-                continue
-            base = {"cell_id": c.cell_id, "attempt": f"0-{c.index}", "pass": c.pass_, "arm": c.arm, "depth": c.depth}
-            if c.cell_id == dead_attempt:  # an interrupted attempt: its rows must never count
-                for r in range(6):
-                    for n in (L, S):
-                        store.append(REQUESTS, {**base, "attempt": "dead", "n_tokens": n, "round": r,
-                                                "t_client_s": 99.0 * n, "valid": True})
-            if c.cell_id in failed:
-                store.append(CELLS, {**base, "status": "failed", "error": "server did not start"})
-                continue
-            tpt = speeds[c.arm] * 1.05 ** sorted(depths).index(c.depth) * (1 + rng.normal(0, between))
-            for r in range(6):
-                for n in (L, S):
-                    t = 0.2 + n * tpt / 1e3 + rng.normal(0, 0.0005)
-                    store.append(REQUESTS, {**base, "n_tokens": n, "round": r, "position": 0, "t_client_s": t,
-                                            "valid": True, "invalid_reason": None,
-                                            "server_decode_s": (n - 1) * tpt / 1e3})
-            store.append(CELLS, {**base, "status": "ok", "stopped_by": "rounds", "startup_s": 100.0,
-                                 "server_key": c.server_key,
-                                 "routing": {"n_processes": 5, "layer_classes": [
-                                     {"layer_class": "TritonAttentionImpl h128", "n_layers": 10,
-                                      "path": "forward:TritonAttentionImpl", "processes": ["Worker pid 7"]}]},
-                                 **((row_extra or {}).get(c.cell_id) or {})})
-    return root
+from e2e.store import CELLS, RunStore
+from tests.support import ROOT
+from tests.support.synthetic import make_run
 
 
 def test_write_report_files_and_decisions(tmp_path):
@@ -137,11 +81,14 @@ def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "model_type": "llama"}))
     run = make_run(tmp_path / "r", {"stock": 2.0}, model=str(model), twin_of="google/gemma-3-27b-it")
     (run / "gsm8k").mkdir()
-    (run / "gsm8k" / "summary.json").write_text(json.dumps({"verdict": "PASS: no accuracy drop", "n": 1319}))
+    # the committed demo's sign-off summary: report.md shows it as tables, never as a JSON dump
+    (run / "gsm8k" / "summary.json").write_bytes((ROOT / "results/cpu-demo/gsm8k/summary.json").read_bytes())
     report.write_report(run)
     md = (run / "report.md").read_text()
     assert "RANDOM-WEIGHT TWIN" in md and "google/gemma-3-27b-it" in md
-    assert "PASS: no accuracy drop" in md
+    assert "**Verdict: inconclusive**" in md and "```" not in md
+    assert ("| AB: stock/r1 vs widened/r1 | gsm8k_cot_offline / strict-match (primary) | 10 | 0.0 | 0.0 | "
+            "+0.0 [-27.8, +27.8] | +27.1 | 0 | 0 | 1 | 0 | inconclusive |") in md
     s = json.loads((run / "summary.json").read_text())
     rf = s["roofline"]
     assert rf["available"] and rf["bandwidth_gbps"] == 4800

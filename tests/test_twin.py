@@ -24,8 +24,8 @@ from e2e.twin.tokenizer import pack_tokenizer
 from e2e.twin.values import bf16_to_float, pack_int4, tensor_chunks, unpack_int4
 from e2e.config import load_config
 from e2e.errors import UserError
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 # Same code path as the 27B twin, small enough for a CPU test.
 SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,

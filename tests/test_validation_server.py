@@ -38,8 +38,8 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 DELAY_MS = 30.0
 DEPTH = 128

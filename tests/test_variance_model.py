@@ -5,37 +5,15 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as st
 
-from e2e import changepoints as cp
 from e2e import stats
 from e2e import variance_model as vm
-from tests.test_stats import L, S, cs
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def quiet(t: float) -> stats.CellStats:
-    return cp._as_cell(math.log(t))
-
-
-def per_arm_pass(rng, arms=("a", "b"), k=4, depths=(1, 2, 3), sd_server=0.05, sd_cell=0.02, noise=None):
-    """Cells of k servers per arm, each serving every depth: (arm, depth, server, CellStats)."""
-    out = []
-    for a in arms:
-        for s in range(k):
-            u = rng.normal(0, sd_server)
-            for d in depths:
-                if noise is None:
-                    c = quiet(10.0 * d * math.exp(u + rng.normal(0, sd_cell)))
-                else:
-                    c = cs(10.0 * d * math.exp(u + rng.normal(0, sd_cell)), rounds=8, noise=noise, seed=int(rng.integers(1e9)))
-                out.append((a, d, f"{a}{s}", c))
-    return out
+from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
+from tests.support import ROOT
 
 
 def test_reml_matches_statsmodels_mixedlm_without_cell_noise():

@@ -12,7 +12,7 @@ from e2e import changepoints as cp
 from e2e import stats
 from e2e import verdicts as v
 from e2e.errors import UserError
-from tests.test_stats import L, S, cs
+from tests.support.synthetic import L, S, cs
 
 
 def cells(*tpts, noise=0.0005, seed=0, rounds=10):

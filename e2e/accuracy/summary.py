@@ -1,5 +1,6 @@
-"""gsm8k/summary.json and gsm8k.md: every unit, every comparison (all filters; the primary one
-decides), the verdict. The statistics are e2e/signoff.py's; every number here comes from unit files."""
+"""gsm8k/summary.json: every unit, every comparison (all filters; the primary one decides), the
+verdict. The statistics are e2e/signoff.py's; every number here comes from unit files. (gsm8k.md is
+its rendering: e2e/report_md.py's gsm8k_markdown, from tables declared in e2e/summary.py.)"""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ from e2e.accuracy.tasks import FULL_SIZE, primary_filter
 from e2e.accuracy.unit import Unit
 from e2e.config import Config
 from e2e.formats import VERSIONS, now
-from e2e.tables import num, pct
 
 SCHEMA_VERSION = VERSIONS["gsm8k-summary"]
 
@@ -138,62 +138,3 @@ def _unit_summary(u: Unit, rec: dict[str, Any], alpha: float) -> dict[str, Any]:
             "eval_s": rec.get("lm_eval", {}).get("eval_s"), "tasks": tasks,
             "unit": f"{u.rel}/unit.json", "server_log": f"{u.rel}/{rec.get('server', {}).get('log')}",
             "lm_eval_log": f"{u.rel}/lm_eval.log"}
-
-
-
-
-def render_markdown(s: dict[str, Any], link_prefix: str = "") -> str:
-    """The report section for summary.json (generic markdown; every number comes from the summary).
-
-    Links are relative to <run>/gsm8k/; a report at the run root passes link_prefix="gsm8k/".
-    """
-    lp = link_prefix
-    lines = ["## gsm8k sign-off", "",
-             f"**Verdict: {s['verdict']}** - model `{s['model']}`, {s['questions']} questions, "
-             f"tasks {', '.join(s['tasks'])}, baseline arm `{s['baseline_arm']}`"
-             + (f", A/A on `{s['aa_arm']}`" if s.get("aa_arm") else "") + ".",
-             f"Pass means non-inferiority: the one-sided {100 * (1 - s['settings']['alpha']):g} % upper bound of "
-             f"the paired accuracy drop is at most {100 * s['settings']['max_accuracy_drop']:.1f} points, on the "
-             "primary filter of each task, for every arm against the baseline; fail: the lower bound is above "
-             "it; inconclusive: neither (McNemar is reported, it does not decide).", ""]
-    lines += [f"- warning: {w}" for w in s["warnings"]]
-    if s["warnings"]:
-        lines.append("")
-    lines += ["| server | status | start s | eval s | " + " | ".join(
-        f"{t} ({s['primary_filter'][t]}) % [CI]" for t in s["tasks"]) + " | per-question |",
-        "|---|---|---|---|" + "---|" * len(s["tasks"]) + "---|"]
-    for u in s["units"]:
-        cells = []
-        for t in s["tasks"]:
-            b = u["tasks"].get(t, {}).get("accuracy", {}).get(s["primary_filter"][t])
-            cells.append("-" if b is None else
-                         f"{pct(b['accuracy'])} [{pct(b['ci_low'])}, {pct(b['ci_high'])}]")
-        links = ", ".join(f"[{t}]({lp}{u['tasks'][t]['questions']})" for t in s["tasks"] if t in u["tasks"])
-        lines.append(f"| {u['dir']} | {u['status']} | {num(u['startup_s'])} | {num(u['eval_s'])} | "
-                     + " | ".join(cells) + f" | {links or '-'} |")
-    lines += ["", "| comparison | task / filter | n | A % | B % | change pts [CI] | drop upper pts | A only "
-              "| B only | McNemar p | text differ | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in s["comparisons"]:
-        name = f"{c['kind'].upper()}: {c['a_server']} vs {c['b_server']}"
-        filt = f"{c['task']} / {c['filter']}" + (" (primary)" if c["primary"] else "")
-        if "n" not in c:
-            lines.append(f"| {name} | {filt} | - | - | - | - | - | - | - | - | - | {c['verdict']} |")
-            continue
-        td = str(c["text_differ"])
-        if "aa_baseline" in c:
-            ex = c["aa_baseline"].get("excess", {}).get("text_differ", {})
-            td += f" (A/A {c['aa_baseline']['text_differ']}" + (", **more**" if ex.get("flagged") else "") + ")"
-        lines.append(
-            f"| {name} | {filt} | {c['n']} | {pct(c['a']['accuracy'])} | {pct(c['b']['accuracy'])} | "
-            f"{100 * c['change']:+.1f} [{100 * c['change_ci_low']:+.1f}, {100 * c['change_ci_high']:+.1f}] | "
-            f"{pct(c.get('drop_upper'), '{:+.1f}')} | "
-            f"{c['table']['a_only']} | {c['table']['b_only']} | {c['mcnemar_p']:.3g} | {td} | "
-            f"{c['verdict']} |")
-    reasons = [(c, r) for c in s["comparisons"] if c["primary"] for r in c.get("reasons", []) + c.get("notes", [])]
-    if reasons:
-        lines += ["", "Reasons:"] + [
-            f"- {c['kind'].upper()} {c['a_server']} vs {c['b_server']} ({c['task']}): {r}"
-            for c, r in reasons]
-    lines += ["", "Definitions: " + "; ".join(f"*{k}*: {v}" for k, v in s["definitions"].items()) + ".",
-              "", f"Numbers: [summary.json]({lp}summary.json); task files as run: [tasks/]({lp}tasks/).", ""]
-    return "\n".join(lines)

@@ -81,10 +81,11 @@ def gsm8k_data(assets_root: Path) -> Path:
 
 
 def check_lm_eval() -> str:
-    if importlib.util.find_spec("lm_eval") is None:
-        raise UserError(f"lm-eval is not installed: pip install 'lm-eval[api]=={LM_EVAL_VERSION}'")
+    """lm-eval's version; one line naming the `gsm8k` extra when it is not installed."""
+    from e2e import extras
+
+    extras.require("gsm8k", f"the gsm8k sign-off (lm-eval[api]=={LM_EVAL_VERSION})")
     try:
         return importlib.metadata.version("lm_eval")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-

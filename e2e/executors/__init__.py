@@ -12,24 +12,11 @@ for the cells without a row, and close().
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from e2e.errors import UserError
+from e2e.executors.options import KINDS, ExecutorOptions  # noqa: F401 (the package's API)
 from e2e.formats import now
-
-KINDS = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class ExecutorOptions:
-    kind: str = "local"
-    ray_address: str | None = None    # None: a local Ray cluster started for the run
-    max_per_host: int = 1             # cells at once per host (side by side they share CPUs, PCIe, memory)
-    max_slots: int | None = None      # use at most this many slots
-    balance: str = "warn"             # "strict": refuse a slot assignment that cannot balance the arms
-    cpus_per_cell: float | None = None  # the CPU share a Ray cell asks for (default: its node's share)
-
 
 class LocalExecutor:
     """Today's loop: e2e/runner.py in this process, every server on this host, one at a time."""
@@ -71,10 +58,7 @@ def create(opts: ExecutorOptions) -> Any:
         return LocalExecutor()
     if opts.kind != "ray":
         raise UserError(f"--executor {opts.kind!r}: use one of {', '.join(KINDS)}")
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise UserError("--executor ray needs the ray package: pip install 'vllm-e2e-bench[ray]' "
-                        "(or pip install 'ray>=2.9')") from None
+    from e2e import extras
+    extras.require("ray", "--executor ray")
     from e2e.executors.ray_executor import RayExecutor
     return RayExecutor(opts)

@@ -28,7 +28,7 @@ except ImportError:  # still importable without the extra (a clean install); cre
 from e2e import live_servers
 from e2e.config import Config
 from e2e.errors import UserError
-from e2e.executors import ExecutorOptions
+from e2e.executors.options import ExecutorOptions
 from e2e.executors import ray_cluster as rc
 from e2e.executors.ray_tasks import run_group, stop_orphans, sweep
 from e2e.executors.slots import Slot, least_loaded

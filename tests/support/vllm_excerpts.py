@@ -6,7 +6,7 @@ by this module; an installed vLLM is read the same way from its own files. A sec
 definition (a function whole, or a class header with one method's signature) or the model-runner
 imports of one file, headed `### path:first-last name`.
 
-    python -m tests.vllm_excerpts SITE VERSION 'WHEEL-NAME sha256'   # writes the release's file
+    python -m tests.support.vllm_excerpts SITE VERSION 'WHEEL-NAME sha256'   # writes the release's file
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def main() -> None:
     site, version, wheel = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     sections = extract(site)
     head = [f"# vLLM {version}: the places tests/test_targets_releases.py checks, verbatim from {wheel}",
-            "# (vLLM is Apache-2.0). Written by `python -m tests.vllm_excerpts`; a method is its class's",
+            "# (vLLM is Apache-2.0). Written by `python -m tests.support.vllm_excerpts`; a method is its class's",
             "# header and its own signature, `...` standing for the bodies left out."]
     body = [f"### {h}\n{s}\n" for h, s in sections.items()]
     DATA.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 
 STANDIN = f"""#!{sys.executable}
 import json, os, sys, time

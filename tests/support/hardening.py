@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from tests.support import ROOT  # noqa: F401 (test_hardening_folders imports it from here)
+
 from e2e.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
 
 STANDIN = f"""#!{sys.executable}
 import json, os, sys

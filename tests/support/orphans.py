@@ -1,7 +1,7 @@
 """Shared by the orphan tests (issue 22): a STAND-IN server that is slow to stop and prints its
 secrets, a harness started as a child process, and what its run folder holds.
 
-The stand-in is tests/test_executor_support.py's HTTP stand-in (a `server.python` the harness
+The stand-in is tests/support/executor_standin.py's HTTP stand-in (a `server.python` the harness
 launches exactly as it launches vLLM) with two faults a real vLLM cannot produce on demand: it
 prints its whole environment (the API key and HF_TOKEN land in its log, as a crashing server's
 environment dump would), and with STANDIN_IGNORE_TERM=1 it ignores SIGTERM, so that a teardown
@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import tomli_w
 
-from tests.procs import tagged_processes, wait_for_line
-from tests.test_executor_support import STANDIN, harness
+from tests.support.procs import tagged_processes, wait_for_line
+from tests.support.executor_standin import STANDIN, harness
 
 HF_TOKEN = "hf_orphanTESTsecret0123456789"
 
