@@ -272,8 +272,12 @@ def _mark_stopped(store: RunStore, exc: Exception) -> None:
 # -- the console's last word ---------------------------------------------------------------------
 def say_the_answer(console: Any, root: Path, status: int) -> None:
     """The verdict table (arm, depth, ratio and interval, verdict, MDE), the cells, the sign-off and
-    what the exit status means, from the summary.json just written."""
-    s = json.loads((root / "summary.json").read_text())
+    what the exit status means, from the summary.json just written (none: the exit status alone)."""
+    try:
+        s = json.loads((root / "summary.json").read_text())
+    except (OSError, ValueError):
+        console.print(f"no summary.json in {root}; exit status {status}: {exits.MEANING[status]}")
+        return
     console.print(render_console(sm.CELLS, s["cells"], title=f"{s['run']['run_id']}: cells"))
     pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if pooled:

@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data" / "vllm_excerpts"
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_excerpts"
 ATTN_NEW = "vllm/model_executor/layers/attention/attention.py"
 ATTN_OLD = "vllm/attention/layer.py"
 # path -> names: "Class" (header only), "Class.method" (header + signature), "func" (signature),
