@@ -217,8 +217,20 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
     status = outcomes.run_status(bool(failed), verdict)
     finish(store, "complete" if not failed else "complete-with-failures", status)
     write_report(store.root)
+    _record_estimator(store)
     say_the_answer(console, store.root, status)
     return status
+
+
+def _record_estimator(store: RunStore) -> None:
+    """The estimator that decided the run (e2e/estimate.py, chosen by the analysis from the rows) and
+    why, in the manifest beside the report's own statement of it."""
+    try:
+        run = json.loads((store.root / "summary.json").read_text())["run"]
+    except (OSError, ValueError, KeyError):
+        return   # no report was written: nothing decided
+    store.update_manifest(estimator={"name": run.get("estimator"), "why": run.get("estimator_note"),
+                                     "definition": run.get("estimator_definition")})
 
 
 def _replicate(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options,
