@@ -183,8 +183,10 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
                 color=colours[line[0]["arm"]], lw=0.8, alpha=0.7)
     depth_axis(ax, sorted({c["depth"] for c in cells}))
     _y_range(ax, ys, "decode ms per token")
-    ax.set_title(f"Decode ms/token per cell, (T{f['long_tokens']} - T{f['short_tokens']}) / "
-                 f"{f['long_tokens'] - f['short_tokens']}: bars within-server 95 %", fontsize=9)
+    y = "Y" if f.get("estimator") == "prefill-corrected" else "T"   # the estimator that decided
+    ax.set_title(f"Decode ms/token per cell, ({y}{f['long_tokens']} - {y}{f['short_tokens']}) / "
+                 f"{f['long_tokens'] - f['short_tokens']} ({f.get('estimator') or 'client'}): bars within-server 95 %",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, title=("lines: one server's depths" if _server_lines(cells) else "one server per cell"),
               title_fontsize=7)
