@@ -302,9 +302,14 @@ def _recorded_clusters() -> list[tuple[Path, Orphan]]:
 def _homes(run_root: str) -> tuple[Path, Path]:
     """Where a run's servers keep logs and records on this host: its run folder, and this node's
     scratch folder of it (its Ray tasks')."""
-    from e2e.executors.node_side import scratch_root  # no Ray import: node_side is plain Python
-
     return Path(run_root), scratch_root(run_root)
+
+
+def scratch_root(run_root: str) -> Path:
+    """The run's folder on a Ray node (executors/node_side.py), the same name on every node: the
+    driver's run folder hashed. Defined here because the orphan sweep looks there too."""
+    tag = hashlib.sha256(run_root.encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}" / f"{Path(run_root).name}-{tag}"
 
 
 def _logs_of(run_root: str) -> list[Path]:

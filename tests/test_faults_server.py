@@ -165,9 +165,9 @@ def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, s
         assert main(["--resume", str(run), "--no-progress", "--no-gsm8k"]) == 0
         [cell] = read_jsonl(run / "cells.jsonl")
         assert cell["status"] == "ok"
-        # The same result files as a run that was never interrupted (and nothing else, e.g. no .torn).
+        # The same result files as a run that was never interrupted (and nothing else, e.g. no .torn);
+        # one arm: no ratio figure (README "The figures").
         assert {p.name for p in run.iterdir()} - {"vllm-cache"} == {
             ".lock", "cells", "cells.jsonl", "logs", "manifest.json", "model", "plan.json", "requests.jsonl",
-            "summary.json", "summary.csv", "comparisons.csv", "report.md", "decode_vs_depth.png",
-            "ratio_vs_depth.png"}
+            "summary.json", "summary.csv", "comparisons.csv", "report.md", "decode_vs_depth.png"}
         assert not tagged_processes(run)

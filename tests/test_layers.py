@@ -27,9 +27,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("steps", ("e2e.accuracy", "e2e.accuracy.*", "e2e.executors", "e2e.executors.*", "e2e.runner", "e2e.envs",
                "e2e.bench_overhead", "e2e.conformance",
                "kernels_check", "kernels_check.*")),
-    ("output", ("e2e.summary", "e2e.report", "e2e.report_md", "e2e.figures", "e2e.compare", "e2e.history")),
+    ("output", ("e2e.summary", "e2e.report", "e2e.report_md", "e2e.figures", "e2e.compare", "e2e.history",
+                "e2e.report_gpu")),
     ("analysis", ("e2e.analysis", "e2e.verdicts", "e2e.variance_model", "e2e.planning", "e2e.adaptive",
-                  "e2e.prior", "e2e.changepoints", "e2e.stats", "e2e.estimate", "e2e.roofline", "e2e.outcomes",
+                  "e2e.prior", "e2e.changepoints", "e2e.bookends", "e2e.stats", "e2e.estimate", "e2e.roofline", "e2e.outcomes",
                   "e2e.signoff")),
     ("base", ("e2e", "e2e.*")),
 ]

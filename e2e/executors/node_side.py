@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
-from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable
 
+from e2e.live_servers import scratch_root
 from e2e.redact import REDACTED
 from e2e.store import CELLS
 
@@ -28,12 +27,6 @@ Send = Callable[[tuple], None]
 _ATTEMPT = re.compile(r"^(\d+)-")
 _ERROR_ATTEMPT = re.compile(r"\battempt (\d+):")
 _RECORDS = re.compile(r"^(records|gpu)-a(\d+)$")  # per-attempt folders: routing records, GPU samples
-
-
-def scratch_root(run_root: str) -> Path:
-    """The run's folder on a node, the same name on every node (the driver's run folder hashed)."""
-    tag = sha256(run_root.encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}" / f"{Path(run_root).name}-{tag}"
 
 
 def shift_attempt(tag: str, offset: int) -> str:
