@@ -31,7 +31,7 @@ pack() {
   return 0
 }
 
-case "${1:?usage: reference_tp1.sh stage N | poll SECONDS | stop | importtime}" in
+case "${1:?usage: reference_tp1.sh stage N | neighbour CELL SECONDS | poll SECONDS | stop | importtime}" in
   stage)
     N=${2:?stage N}
     bash ".gpu/c$N/p$N/gpu-install.sh" ".gpu/c$N" || exit 1
@@ -46,6 +46,10 @@ case "${1:?usage: reference_tp1.sh stage N | poll SECONDS | stop | importtime}" 
     setsid nohup python3 run_e2e.py --config "$CONFIG" --run-id "$(basename $RUN)" --no-progress \
       > /tmp/run.log 2>&1 < /dev/null &
     sleep 20; tail -5 /tmp/run.log ;;
+  neighbour)
+    # scripts/gpu/neighbour.sh beside the running run, detached: it waits for CELL to be measuring.
+    setsid nohup bash scripts/gpu/neighbour.sh "$RUN" "${2:?cell id}" "${3:-60}" > /tmp/neighbour.log 2>&1 < /dev/null &
+    sleep 2; cat /tmp/neighbour.log ;;
   poll)
     LIMIT=${2:-540}; T0=$(date +%s); LAST=0
     while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "run_e2e.py --config $CONFIG" >/dev/null; do
