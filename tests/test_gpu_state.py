@@ -20,7 +20,7 @@ from e2e import gpu_state, report_gpu
 from e2e.cli import main
 from e2e.errors import UserError
 from e2e.store import counted_requests, read_jsonl
-from tests.support import fake_nvml
+from tests.support import executable, fake_nvml
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,8 +263,7 @@ esac
 @pytest.mark.parametrize("old_driver", [False, True])
 def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch, stranger, old_driver):
     # A stand-in nvidia-smi (this machine has none): its CSV answers, as the driver's tool prints them.
-    (tmp_path / "nvidia-smi").write_text(SMI)
-    (tmp_path / "nvidia-smi").chmod(0o755)
+    executable(tmp_path / "nvidia-smi", SMI)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("STRANGER", str(stranger))
     if old_driver:

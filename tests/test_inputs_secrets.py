@@ -25,6 +25,7 @@ from e2e import launch
 from e2e.cli import main
 from e2e.redact import REDACTED, redact_args, redact_config, scrub, scrub_file, secret_values
 from e2e.store import MANIFEST
+from tests.support import executable
 from tests.support.hardening import base_cfg, write_cfg
 
 # Each holds a backslash, a double quote, a single quote or a non-ASCII letter: characters every
@@ -119,9 +120,7 @@ sys.exit(3)
 
 
 def test_no_spelling_of_any_secret_reaches_the_run_folder(tmp_path, capsys):
-    standin = tmp_path / "vllm-standin"
-    standin.write_text(STANDIN)
-    standin.chmod(0o755)
+    standin = executable(tmp_path / "vllm-standin", STANDIN)
     s = SECRETS
     data = base_cfg(standin)
     data["server"].update(env={"HF_TOKEN": s["env"]}, extra_args=["--dtype", "float32", "--hf-token"])
@@ -176,11 +175,9 @@ def _fill(folder: Path) -> None:
 def test_the_api_key_is_scrubbed_from_a_log_on_a_full_disk(small_disk):
     from e2e.server import ServerSpec, VllmServer
 
-    script = small_disk / "sleeper"
-    script.write_text(f"#!{sys.executable}\nimport json, os, time\n"
-                      "print('env:', json.dumps({'VLLM_API_KEY': os.environ['VLLM_API_KEY'], "
-                      "'DB_PASS': os.environ['DB_PASS']}), flush=True)\ntime.sleep(60)\n")
-    script.chmod(0o755)
+    script = executable(small_disk / "sleeper", f"#!{sys.executable}\nimport json, os, time\n"
+                        "print('env:', json.dumps({'VLLM_API_KEY': os.environ['VLLM_API_KEY'], "
+                        "'DB_PASS': os.environ['DB_PASS']}), flush=True)\ntime.sleep(60)\n")
     log = small_disk / "cell.log"
     key = "k" * 28 + "0123"
     srv = VllmServer(ServerSpec(python=str(script), model="m", env={"DB_PASS": 'pw"é-123456'}), log,

@@ -17,6 +17,13 @@ CELL_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "status", "startup_
                "measure_s", "decode_ms_per_token", "server_decode_ms_per_token", "log_path", "routing"}
 
 
+def executable(path: Path, text: str) -> Path:
+    """A script the tests run as a stand-in (a server's python, a tool on PATH): written, made executable."""
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
 def have_vllm() -> bool:
     try:
         import vllm  # noqa: F401

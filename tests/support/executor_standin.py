@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.support import ROOT
+from tests.support import ROOT, executable
 
 
 STANDIN = f"""#!{sys.executable}
@@ -71,10 +71,7 @@ ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("standin") / "vllm-standin"
-    p.write_text(STANDIN)
-    p.chmod(0o755)
-    return p
+    return executable(tmp_path_factory.mktemp("standin") / "vllm-standin", STANDIN)
 
 
 def standin_cfg(path: Path, standin: Path, ms_per_token: float = 2, **changes) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.support import ROOT  # noqa: F401 (test_hardening_folders imports it from here)
+from tests.support import ROOT, executable  # noqa: F401 (test_hardening_folders imports ROOT from here)
 
 from e2e.cli import main
 
@@ -34,10 +34,7 @@ sys.exit(3)
 
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("standin") / "vllm-standin"
-    p.write_text(STANDIN)
-    p.chmod(0o755)
-    return p
+    return executable(tmp_path_factory.mktemp("standin") / "vllm-standin", STANDIN)
 
 
 def base_cfg(standin: Path) -> dict:

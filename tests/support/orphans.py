@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import tomli_w
 
+from tests.support import executable
 from tests.support.procs import tagged_processes, wait_for_line
 from tests.support.executor_standin import STANDIN, harness
 
@@ -37,10 +38,7 @@ if sys.argv[1:2] != ["-c"]:
 
 
 def write_standin(folder: Path) -> Path:
-    p = folder / "vllm-orphan-standin"
-    p.write_text(ORPHAN_STANDIN)
-    p.chmod(0o755)
-    return p
+    return executable(folder / "vllm-orphan-standin", ORPHAN_STANDIN)
 
 
 def orphan_cfg(path: Path, standin: Path, **changes) -> Path:
