@@ -40,6 +40,7 @@ import psutil
 from e2e.formats import now
 from e2e.interrupts import held
 from e2e.redact import scrub_file, secret_values
+from e2e.safe_io import write_atomic
 
 HARNESS_ENV = "E2E_HARNESS"
 CLUSTER_ENV = "E2E_RAY_CLUSTER"
@@ -49,6 +50,16 @@ LIVE_DIR = "live-servers"
 _KEY_CANDIDATE = re.compile(rb"\b[0-9a-f]{32}\b")  # launch.session_api_key: token_hex(16)
 
 _owner: str | None = None
+_SAME_START_S = 0.05  # psutil's create_time of one process reads the same each time, to the clock tick
+
+
+def _still(pid: int, started: float) -> psutil.Process | None:
+    """The process `pid` if it is still the one that started at `started` (pids are reused)."""
+    try:
+        p = psutil.Process(pid)
+        return p if abs(p.create_time() - started) < _SAME_START_S else None
+    except psutil.Error:
+        return None
 
 
 def identity(pid: int | None = None) -> str:
@@ -78,9 +89,9 @@ def owner_alive(ident: str | None) -> bool | None:
         return None
     if host != socket.gethostname():
         return None
+    p = _still(pid_n, t0)
     try:
-        p = psutil.Process(pid_n)
-        return abs(p.create_time() - t0) < 0.05 and p.status() != psutil.STATUS_ZOMBIE
+        return p is not None and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -92,13 +103,10 @@ def key_digest(key: str) -> str:
 
 def record(live_dir: Path, server_id: str, fields: dict[str, Any]) -> None:
     """Write a live server's record (atomically: a torn record would hide the server)."""
-    path = live_dir / f"{server_id}.json"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     for attempt in range(3):  # the folder may vanish under us: forget() removes it when it empties
         live_dir.mkdir(parents=True, exist_ok=True)
         try:
-            tmp.write_text(json.dumps({"server_id": server_id, **fields}, indent=1))
-            os.replace(tmp, path)
+            write_atomic(live_dir / f"{server_id}.json", json.dumps({"server_id": server_id, **fields}, indent=1))
             return
         except FileNotFoundError:
             if attempt == 2:
@@ -288,10 +296,9 @@ def _recorded_clusters() -> list[tuple[Path, Orphan]]:
             continue
         g = Orphan("ray-cluster", who, None, None)
         for pid, t0 in pids:
+            p = _still(pid, t0)
             try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - t0) < 0.05 and p.uids().real == os.getuid() \
-                        and p.status() != psutil.STATUS_ZOMBIE:
+                if p is not None and p.uids().real == os.getuid() and p.status() != psutil.STATUS_ZOMBIE:
                     g.procs.append(p)
             except psutil.Error:
                 continue
@@ -330,11 +337,7 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
             g.procs = [p for p in g.procs if p.pid not in seen]
             if g.procs:
                 found.append(g)
-        if not found:
-            for path, _ in recorded:
-                path.unlink(missing_ok=True)
-            return []
-        _, alive = _kill(found)
+        _, alive = _kill(found)  # nothing found: nothing to wait for, and the records of gone clusters go
         for path, _ in recorded:
             path.unlink(missing_ok=True)
         entries = []
@@ -365,8 +368,8 @@ def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str,
     for r in records(Path(run_root) / LIVE_DIR):
         pid, t0 = r.get("pgid"), r.get("pid_started")
         try:
-            alive = isinstance(pid, int) and abs(psutil.Process(pid).create_time() - float(t0)) < 0.05
-        except (psutil.Error, TypeError, ValueError):
+            alive = isinstance(pid, int) and _still(pid, float(t0)) is not None
+        except (TypeError, ValueError):
             alive = False
         if alive:
             try:
