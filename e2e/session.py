@@ -217,18 +217,24 @@ def _execute(cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts
     status = outcomes.run_status(bool(failed), verdict)
     finish(store, "complete" if not failed else "complete-with-failures", status)
     write_report(store.root)
-    _record_estimator(store)
-    say_the_answer(console, store.root, status)
+    s = written_summary(store.root)
+    if s is not None:
+        _record_estimator(store, s["run"])
+    say_the_answer(console, store.root, status, s)
     return status
 
 
-def _record_estimator(store: RunStore) -> None:
+def written_summary(root: Path) -> dict[str, Any] | None:
+    """The summary.json the report just wrote (e2e/summary.py), or None when none was written."""
+    try:
+        return json.loads((root / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _record_estimator(store: RunStore, run: dict[str, Any]) -> None:
     """The estimator that decided the run (e2e/estimate.py, chosen by the analysis from the rows) and
     why, in the manifest beside the report's own statement of it."""
-    try:
-        run = json.loads((store.root / "summary.json").read_text())["run"]
-    except (OSError, ValueError, KeyError):
-        return   # no report was written: nothing decided
     store.update_manifest(estimator={"name": run.get("estimator"), "why": run.get("estimator_note"),
                                      "definition": run.get("estimator_definition")})
 
@@ -282,12 +288,10 @@ def _mark_stopped(store: RunStore, exc: Exception) -> None:
 
 
 # -- the console's last word ---------------------------------------------------------------------
-def say_the_answer(console: Any, root: Path, status: int) -> None:
+def say_the_answer(console: Any, root: Path, status: int, s: dict[str, Any] | None) -> None:
     """The verdict table (arm, depth, ratio and interval, verdict, MDE), the cells, the sign-off and
-    what the exit status means, from the summary.json just written (none: the exit status alone)."""
-    try:
-        s = json.loads((root / "summary.json").read_text())
-    except (OSError, ValueError):
+    what the exit status means, from the summary just written (none: the exit status alone)."""
+    if s is None:
         console.print(f"no summary.json in {root}; exit status {status}: {exits.MEANING[status]}")
         return
     console.print(render_console(sm.CELLS, s["cells"], title=f"{s['run']['run_id']}: cells"))

@@ -118,7 +118,7 @@ def test_the_console_says_the_answer(tmp_path):
     (run / "gsm8k" / "summary.json").write_bytes((ROOT / "results/cpu-demo/gsm8k/summary.json").read_bytes())
     report.write_report(run)
     buf = io.StringIO()
-    session.say_the_answer(Console(file=buf, width=200), run, 3)
+    session.say_the_answer(Console(file=buf, width=200), run, 3, session.written_summary(run))
     out = buf.getvalue()
     for needle in ("verdicts (each arm against stock", "widened / stock", "slower", "MDE %", "95 % CI",
                    "gsm8k sign-off: inconclusive (10 questions)", "strict-match (primary)",
