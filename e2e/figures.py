@@ -94,6 +94,11 @@ def _y_range(ax: Any, values: list[float], label: str, headroom: float = 0.0) ->
     ax.set_ylabel(label)
 
 
+def _yerr(value: float, lo: float | None, hi: float | None) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bar for an interval (None: no interval, no bar)."""
+    return [[value - lo], [hi - value]] if lo is not None and hi is not None else None
+
+
 def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
     out = []
     if DECODE in drawn(s):
@@ -123,8 +128,8 @@ def _ratio(s: dict[str, Any], path: Path) -> Path:
             w = outcomes.latency(c["decision"])
             colour = w.colour if w else "black"
             lo, hi = c.get("ratio_ci_lo"), c.get("ratio_ci_hi")
-            yerr = [[c["ratio"] - lo], [hi - c["ratio"]]] if lo is not None and hi is not None else None
-            ax.errorbar([c["depth"]], [c["ratio"]], yerr=yerr, fmt="o", mfc=colour if w and w.decided else "white",
+            ax.errorbar([c["depth"]], [c["ratio"]], yerr=_yerr(c["ratio"], lo, hi), fmt="o",
+                        mfc=colour if w and w.decided else "white",
                         color=colour, capsize=4, ms=6, zorder=3)
             ax.annotate(c["decision"], (c["depth"], hi if hi is not None else c["ratio"]),
                         textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7, color=colour)
@@ -173,8 +178,8 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
         mine = [c for c in cells if c["arm"] == a]
         for c in mine:
             lo, hi = c.get("ci_lo_ms"), c.get("ci_hi_ms")
-            yerr = [[c["estimate_ms"] - lo], [hi - c["estimate_ms"]]] if lo is not None and hi is not None else None
-            ax.errorbar([c["depth"] * shift[(a, c["pass"])]], [c["estimate_ms"]], yerr=yerr, fmt="o",
+            ax.errorbar([c["depth"] * shift[(a, c["pass"])]], [c["estimate_ms"]], yerr=_yerr(c["estimate_ms"], lo, hi),
+                        fmt="o",
                         color=colours[a], capsize=3, ms=4)
             ys += [c["estimate_ms"]] + [v for v in (lo, hi) if v is not None]
         ax.plot([], [], "o", color=colours[a], label=f"{a} ({len(mine)} cells)")
@@ -214,8 +219,8 @@ def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], orde
             continue
         for r in pts:
             lo, hi = r.get("ci_lo_ms"), r.get("ci_hi_ms")
-            yerr = [[r["estimate_ms"] - lo], [hi - r["estimate_ms"]]] if lo is not None and hi is not None else None
-            ax.errorbar([r["order"]], [r["estimate_ms"]], yerr=yerr, fmt="o", color="C0", capsize=3, ms=4,
+            ax.errorbar([r["order"]], [r["estimate_ms"]], yerr=_yerr(r["estimate_ms"], lo, hi), fmt="o", color="C0",
+                        capsize=3, ms=4,
                         mfc="C0" if r.get("ci_kind") == BETWEEN else "white")
         for st in steps:
             if (st["series"], st["arm"], st["depth"]) != (series, arm, d):
