@@ -5,8 +5,8 @@
 A run's manifest (`code`) records the git commit and whether the tree was dirty, and two content
 hashes: of the package as run (every .py, .yaml and .toml file under e2e/ and kernels_check/, plus
 run_e2e.py and pyproject.toml: sha256 over "path NUL sha256(file)" lines in path order) and of the
-config as run (sha256 of the manifest's own `config`, JSON with sorted keys, so anyone can recompute
-it from the manifest). A copy of the checkout on another machine with a stale `.git`, or none, is
+config as run (manifest_model.config_hash of the manifest's own `config`, the same value as the
+manifest's `config_sha256`, so anyone can recompute it from the manifest). A copy of the checkout on another machine with a stale `.git`, or none, is
 still identified by its package hash; `commit_holds_package` says whether the recorded commit holds
 exactly those files (False: the `.git` that travelled with the copy is not the code that ran).
 describe() is what `report` and `compare` say about it.
@@ -14,13 +14,13 @@ describe() is what `report` and `compare` say about it.
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from e2e import manifest as mf
+from e2e.manifest_model import config_hash  # the manifest's config_sha256: one hash of a config
 
 FOLDERS = ("e2e", "kernels_check")
 TOP_FILES = ("run_e2e.py", "pyproject.toml")
@@ -43,10 +43,6 @@ def package_hash(root: Path, files: list[str] | None = None) -> str:
     for f in files:
         h.update(f"{f}\0{hashlib.sha256((Path(root) / f).read_bytes()).hexdigest()}\n".encode())
     return h.hexdigest()
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _git_blob(data: bytes) -> str:

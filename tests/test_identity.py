@@ -38,7 +38,8 @@ launch.mf.installation = lambda python: {}
 launch.mf.gpu_driver = lambda: {}
 cfg = parse_config({"model": {"path": "m"}, "workload": {"depths": [16]}, "arms": [{"name": "a"}],
                     "stats": {"measure_bandwidth": False}})
-print(json.dumps(launch.build_manifest(cfg, "r", [])["code"]))
+m = launch.build_manifest(cfg, "r", [])
+print(json.dumps({**m["code"], "manifest_config_sha256": m["config_sha256"]}))
 """
 
 
@@ -54,6 +55,7 @@ def test_a_new_runs_manifest_identifies_its_code_without_git(tmp_path):
     code = _manifest_code(copy)
     assert code["commit"] is None and code["commit_holds_package"] is None
     assert code["package_sha256"] == identity.package_hash(ROOT) and code["package_files"] > 50
+    assert code["config_sha256"] == code["manifest_config_sha256"]  # one hash of a config, not two
     d = identity.describe({"code": code})
     assert d["identified"] and "identified by content" in d["line"] and "no `.git`" in d["line"]
 
