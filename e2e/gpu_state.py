@@ -45,11 +45,13 @@ from typing import Any, Callable, Mapping
 import psutil
 
 from e2e.errors import UserError
+from e2e.safe_io import write_atomic
 from e2e.server import ServerGone
 
 POLICIES = ("retry", "warn", "fail")
 PRESTART_WAIT_S = 120.0   # retry: how long a GPU held before a start may take to clear
 POLL_S = 5.0
+VOIDED = "voided.json"      # cells/<server>/gpu-a<n>/: the attempt retry voided, and why
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, "throttle reasons" in older drivers).
 REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -363,6 +365,19 @@ class ServerWatch:
                           "(or --gpu-exclusive warn to measure beside it)")
         self.note(f"{what}: the GPU is free again; starting its server")
 
+    def load_voided(self, server_dir: Path) -> None:
+        """The attempts of this server group that an earlier harness voided (a run resumed after its
+        harness stopped or died): each cell row names every voided attempt of its cell, not only this
+        process's."""
+        for f in sorted(server_dir.glob(f"gpu-a*/{VOIDED}")):
+            self._void(json.loads(f.read_text()))
+
+    def _void(self, voided: dict[str, Any]) -> None:
+        entry = {k: voided[k] for k in ("attempt", "at", "foreign")}
+        mine = self.contaminated_attempts.setdefault(voided.get("cell_id") or "", [])
+        if entry not in mine:
+            mine.append(entry)
+
     def started(self, leader: int, server_id: str) -> None:
         self.leader, self.server_id = leader, server_id
 
@@ -409,8 +424,10 @@ class ServerWatch:
             return
         text = f"{describe(held)} on the GPU at '{label}'"
         if self.policy == "retry":
-            self.contaminated_attempts.setdefault(self.cell_id or "", []).append(
-                {"attempt": self.attempt, "at": label, "foreign": held})
+            voided = {"cell_id": self.cell_id, "attempt": self.attempt, "at": label, "foreign": held}
+            if self.path is not None:  # on disk beside its readings: a resumed harness still names it
+                write_atomic(self.path.parent / VOIDED, json.dumps(voided) + "\n")
+            self._void(voided)
             raise Contaminated(f"GPU not exclusive: {text}")
         if self.policy == "fail":
             raise GpuExclusiveStop(f"{self.cell_id}: {text} (--gpu-exclusive fail): stopping; this attempt's rows "

@@ -23,6 +23,7 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
     GPU held before a start, throttled rounds, a blind process list, a non-stationary server."""
     rows = list(cell_rows)
     out = []
+    throttled: dict[tuple[tuple[str, ...], tuple[int, ...]], list[str]] = {}  # (reasons, rounds) -> cells
     for r in rows:
         g, s = r.get("gpu_state") or {}, cell_summary(r)
         cid = r["cell_id"]
@@ -35,13 +36,21 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
         if g.get("pre_start_foreign"):
             out.append(f"{cid}: before its server started, the GPU held {describe(g['pre_start_foreign'])}")
         if s["throttled_rounds"]:
-            out.append(f"{cid}: GPU throttled ({', '.join(g.get('throttle_reasons') or [])}) in timed round(s) "
-                       f"{', '.join(map(str, s['throttled_rounds']))}")
+            throttled.setdefault((tuple(g.get("throttle_reasons") or []), tuple(s["throttled_rounds"])), []).append(cid)
         if g.get("available") and g.get("own_seen") is False:
             out.append(f"{cid}: NVML listed none of the server's own processes on its GPU: other processes "
                        "may be invisible too (another pid namespace?)")
         elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
             out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
+    # One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
+    # cell alike, and eight identical lines would hide the one cell that differs.
+    measured = [r["cell_id"] for r in rows if (r.get("gpu_state") or {}).get("samples")]
+    for (why, rounds), cids in throttled.items():
+        where = f"{cids[0]}: GPU throttled" if len(cids) == 1 else "GPU throttled"
+        tail = "" if len(cids) == 1 else f" of {len(cids)} cells: {', '.join(cids)}"
+        alike = " (every measured cell alike: the GPU's own limit under this load, not one arm's)" \
+            if len(cids) > 1 and cids == measured else ""
+        out.append(f"{where} ({', '.join(why)}) in timed round(s) {', '.join(map(str, rounds))}{tail}{alike}")
     for key, b in server_flags(rows).items():
         if b["status"] == "non-stationary":
             out.append(f"server {key} (attempt {b.get('attempt')}): non-stationary: its first depth moved "

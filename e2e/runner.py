@@ -70,10 +70,12 @@ class Runner:
         key = group[0].server_key
         remaining = list(group)
         rows: list[dict[str, Any]] = []
-        ctx: dict[str, Any] = {"started": 0}
+        # A resumed group numbers its servers past the attempts already on disk (their files stay theirs).
+        ctx: dict[str, Any] = {"started": self.store.attempts_used(key)}
         env = {**os.environ, **self.cfg.server.env, **arm.env}
         watch = gpu_state.ServerWatch(gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size),
                                       self.cfg.run.gpu_exclusive, self.progress.note, self.gpu_wait_s)
+        watch.load_voided(self.store.cell_dir(key))
         ctx["watch"] = watch
 
         def new_server(_: int) -> VllmServer:

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -243,6 +245,17 @@ class RunStore:
 
     def cell_dir(self, cell_id: str) -> Path:
         return real_dir(self.root, "cells", cell_id)
+
+    def attempts_used(self, key: str) -> int:
+        """How many server attempts of `key` have left files here (logs/<key>.aN.log, cells/<key>/
+        {gpu,records}-aN): a resumed run numbers its next attempt past them, so no attempt's log,
+        readings or records are ever appended to another's."""
+        used = [int(m[1]) for f in (self.root / "logs").glob(f"{glob.escape(key)}.a*.log")
+                if (m := re.fullmatch(rf"{re.escape(key)}\.a(\d+)\.log", f.name))]
+        cells = self.root / "cells" / key
+        used += [int(m[1]) for f in (cells.iterdir() if cells.is_dir() else [])
+                 if (m := re.fullmatch(r"(?:gpu|records)-a(\d+)", f.name))]
+        return max(used, default=-1) + 1
 
 
 def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict]:

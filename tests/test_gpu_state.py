@@ -151,6 +151,17 @@ def test_retry_stops_before_a_start_when_the_gpu_stays_held_and_resume_measures_
     a = cells(r)["p1-d16-a"]
     assert a["status"] == "ok" and not a["gpu_state"]["contaminated"]
     assert {x["attempt"] for x in counted(r) if x["cell_id"] == "p1-d16-a"} == {a["attempt"]}
+    # The resumed harness never saw the void, and its row still names it (from voided.json on disk) ...
+    [voided] = a["gpu_state"]["contaminated_attempts"]
+    assert voided["attempt"].startswith("0-") and voided["at"] == "round 1"
+    assert [p["pid"] for p in voided["foreign"]] == [stranger]
+    # ... and its server is numbered past the attempts already on disk (0 voided, 1 refused at its
+    # pre-start reading), so no earlier attempt's log or readings are appended to.
+    assert a["attempt"].startswith("2-") and a["log_path"].endswith(".a2.log"), a
+    assert gpu_state.samples_file(r, a).parent.name == "gpu-a2"
+    assert [json.loads(x)["label"] for x in (r / "cells" / "p1-d16-a" / "gpu-a1" / "samples.jsonl")
+            .read_text().splitlines()] == ["pre-start"] * len((r / "cells" / "p1-d16-a" / "gpu-a1" / "samples.jsonl")
+                                                             .read_text().splitlines())
 
 
 # -- warn ----------------------------------------------------------------------------------------------
@@ -218,6 +229,19 @@ def test_throttling_during_timed_rounds_is_a_warning_naming_the_rounds(tmp_path,
     assert g["throttled_rounds"] == [1, 3] and g["throttle_reasons"] == ["power_violation", "sw_power_cap"]
     assert "p1-d16-a: GPU throttled (power_violation, sw_power_cap) during timed round(s) 1, 3" in out
     assert not g["contaminated"]  # a warning, not a contamination
+
+
+def test_the_report_says_a_throttle_pattern_once_naming_its_cells_and_a_different_one_apart():
+    def row(cid, rounds):
+        return {"cell_id": cid, "status": "ok", "gpu_state": {"available": True, "samples": 7, "policy": "retry",
+                "throttled_rounds": rounds, "throttle_reasons": ["sw_power_cap"], "foreign": [],
+                "own_seen": True}}
+    alike = report_gpu.warnings([row("c1", [0, 1]), row("c2", [0, 1])])
+    assert alike == ["GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2 (every measured "
+                     "cell alike: the GPU's own limit under this load, not one arm's)"]
+    apart = report_gpu.warnings([row("c1", [0, 1]), row("c2", [0, 1]), row("c3", [4])])
+    assert apart == ["GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2",
+                     "c3: GPU throttled (sw_power_cap) in timed round(s) 4"]
 
 
 # -- no GPU, and the fallbacks ---------------------------------------------------------------------------

@@ -8,6 +8,9 @@
 #   bash scripts/gpu/reference_tp1.sh stage 0 ... stage 3   (carry .gpu/cN; stage 3 also installs the
 #                                                            project, builds the twin and starts the run)
 #   bash scripts/gpu/reference_tp1.sh poll 540               (repeat: waits, then returns what exists)
+# A machine that went back mid-run: carry the run folder as last polled (results/<name>, unpacked from
+# run.tgz) with .gpu/c3 after stage 0..2 on a fresh machine, and `resume` instead of stage 3: the same
+# install and twin, then `run_e2e.py --resume` (the cells already measured stay; the rest run).
 # The run is one detached process (setsid), so a call that ends, or a machine that goes back, loses
 # nothing already written; each poll brings back the run folder as it stands ($OUT/run.tgz, no
 # compile cache) and the run's console log.
@@ -31,9 +34,12 @@ pack() {
   return 0
 }
 
-case "${1:?usage: reference_tp1.sh stage N | neighbour CELL SECONDS | poll SECONDS | stop | importtime}" in
-  stage)
-    N=${2:?stage N}
+RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)"   # pgrep -f: a started or a resumed run
+
+case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | poll SECONDS | stop | importtime}" in
+  stage|resume)
+    if [ "$1" = resume ]; then N=3; [ -f "$RUN/manifest.json" ] || { echo "resume: no $RUN/manifest.json (carry it)"; exit 2; }
+    else N=${2:?stage N}; fi
     bash ".gpu/c$N/p$N/gpu-install.sh" ".gpu/c$N" || exit 1
     [ "$N" = 3 ] || exit 0
     cp ".gpu/c3/p3/gpu-env.sh" /tmp/gpu-stage/gpu-env.sh
@@ -43,8 +49,12 @@ case "${1:?usage: reference_tp1.sh stage N | neighbour CELL SECONDS | poll SECON
     T0=$(date +%s)
     GPU_ENV=/tmp/gpu-stage/gpu-env.sh TOKENIZER_FROM=.gpu/c3/tokenizers/gemma3 bash scripts/gpu/build_twin.sh > /tmp/twin.log 2>&1
     echo "twin: exit $? in $(( $(date +%s) - T0 )) s"; tail -4 /tmp/twin.log
-    setsid nohup python3 run_e2e.py --config "$CONFIG" --run-id "$(basename $RUN)" --no-progress \
-      > /tmp/run.log 2>&1 < /dev/null &
+    if [ "$1" = resume ]; then
+      setsid nohup python3 run_e2e.py --resume "$RUN" --no-progress > /tmp/run.log 2>&1 < /dev/null &
+    else
+      setsid nohup python3 run_e2e.py --config "$CONFIG" --run-id "$(basename $RUN)" --no-progress \
+        > /tmp/run.log 2>&1 < /dev/null &
+    fi
     sleep 20; tail -5 /tmp/run.log ;;
   neighbour)
     # scripts/gpu/neighbour.sh beside the running run, detached: it waits for CELL to be measuring.
@@ -52,12 +62,12 @@ case "${1:?usage: reference_tp1.sh stage N | neighbour CELL SECONDS | poll SECON
     sleep 2; cat /tmp/neighbour.log ;;
   poll)
     LIMIT=${2:-540}; T0=$(date +%s); LAST=0
-    while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "run_e2e.py --config $CONFIG" >/dev/null; do
+    while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "$RUNNING" >/dev/null; do
       sleep 5
       # pack every minute: a call cut short at the lease's end still brings back what exists
       if [ $(( $(date +%s) - LAST )) -ge 60 ]; then pack; LAST=$(date +%s); fi
     done
-    pgrep -f "run_e2e.py --config $CONFIG" >/dev/null && echo "run: still going" || echo "run: ended"
+    pgrep -f "$RUNNING" >/dev/null && echo "run: still going" || echo "run: ended"
     pack
     grep -E "^p[0-9]+-d[0-9]+-|interrupted|report:|error" /tmp/run.log | tail -20
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader ;;
@@ -71,5 +81,5 @@ case "${1:?usage: reference_tp1.sh stage N | neighbour CELL SECONDS | poll SECON
       [ -n "${OUT:-}" ] && cp "/tmp/importtime-$m.txt" "$OUT/"
     done ;;
   stop)
-    pkill -INT -f "run_e2e.py --config $CONFIG"; sleep 40; pack; tail -5 /tmp/run.log ;;
+    pkill -INT -f "$RUNNING"; sleep 40; pack; tail -5 /tmp/run.log ;;
 esac
