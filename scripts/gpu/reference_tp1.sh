@@ -9,8 +9,11 @@
 #                                                            project, builds the twin and starts the run)
 #   bash scripts/gpu/reference_tp1.sh poll 540               (repeat: waits, then returns what exists)
 # A machine that went back mid-run: carry the run folder as last polled (results/<name>, unpacked from
-# run.tgz) with .gpu/c3 after stage 0..2 on a fresh machine, and `resume` instead of stage 3: the same
+# run.tgz) with .gpu/c3 (the last part) after stage 0..2 on a fresh machine, and `resume` instead of stage 3: the same
 # install and twin, then `run_e2e.py --resume` (the cells already measured stay; the rest run).
+# Another vLLM bundle (scripts/gpu/make_bundle.sh, e.g. 0.23.0 in five parts): BUNDLE=.gpu23 LAST=4
+# (copy .bundles/vllm-0.23.0/pN into .gpu23/cN and the tokenizers into .gpu23/c4), stage 0..4. Each
+# bundle installs into its own site, so two releases can be staged on one machine and run in turn.
 # The run is one detached process (setsid), so a call that ends, or a machine that goes back, loses
 # nothing already written; each poll brings back the run folder as it stands ($OUT/run.tgz, no
 # compile cache) and the run's console log.
@@ -19,7 +22,9 @@ cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 CONFIG=${CONFIG:-configs/h200-reference-tp1.toml}
 RUN=results/$(basename "$CONFIG" .toml)
-env_on() { source /tmp/gpu-stage/gpu-env.sh; }
+B=${BUNDLE:-.gpu}; LAST=${LAST:-3}               # the bundle's folder of parts c0..c$LAST
+ENV_FILE=/tmp/gpu-env-$(basename "$B").sh       # its gpu-env.sh, kept once installed
+env_on() { source "$ENV_FILE"; }
 
 pack() {
   [ -n "${OUT:-}" ] || return 0
@@ -38,16 +43,16 @@ RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)"   # pgrep -f: a started or
 
 case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | poll SECONDS | stop | importtime}" in
   stage|resume)
-    if [ "$1" = resume ]; then N=3; [ -f "$RUN/manifest.json" ] || { echo "resume: no $RUN/manifest.json (carry it)"; exit 2; }
+    if [ "$1" = resume ]; then N=$LAST; [ -f "$RUN/manifest.json" ] || { echo "resume: no $RUN/manifest.json (carry it)"; exit 2; }
     else N=${2:?stage N}; fi
-    bash ".gpu/c$N/p$N/gpu-install.sh" ".gpu/c$N" || exit 1
-    [ "$N" = 3 ] || exit 0
-    cp ".gpu/c3/p3/gpu-env.sh" /tmp/gpu-stage/gpu-env.sh
+    bash "$B/c$N/p$N/gpu-install.sh" "$B/c$N" || exit 1
+    [ "$N" = "$LAST" ] || exit 0
+    cp "$B/c$LAST/p$LAST/gpu-env.sh" "$ENV_FILE"
     env_on
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
     T0=$(date +%s)
-    GPU_ENV=/tmp/gpu-stage/gpu-env.sh TOKENIZER_FROM=.gpu/c3/tokenizers/gemma3 bash scripts/gpu/build_twin.sh > /tmp/twin.log 2>&1
+    GPU_ENV="$ENV_FILE" TOKENIZER_FROM="$B/c$LAST/tokenizers/gemma3" bash scripts/gpu/build_twin.sh > /tmp/twin.log 2>&1
     echo "twin: exit $? in $(( $(date +%s) - T0 )) s"; tail -4 /tmp/twin.log
     if [ "$1" = resume ]; then
       setsid nohup python3 run_e2e.py --resume "$RUN" --no-progress > /tmp/run.log 2>&1 < /dev/null &
@@ -61,11 +66,11 @@ case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | p
     setsid nohup bash scripts/gpu/neighbour.sh "$RUN" "${2:?cell id}" "${3:-60}" > /tmp/neighbour.log 2>&1 < /dev/null &
     sleep 2; cat /tmp/neighbour.log ;;
   poll)
-    LIMIT=${2:-540}; T0=$(date +%s); LAST=0
+    LIMIT=${2:-540}; T0=$(date +%s); PACKED=0
     while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ] && pgrep -f "$RUNNING" >/dev/null; do
       sleep 5
       # pack every minute: a call cut short at the lease's end still brings back what exists
-      if [ $(( $(date +%s) - LAST )) -ge 60 ]; then pack; LAST=$(date +%s); fi
+      if [ $(( $(date +%s) - PACKED )) -ge 60 ]; then pack; PACKED=$(date +%s); fi
     done
     pgrep -f "$RUNNING" >/dev/null && echo "run: still going" || echo "run: ended"
     pack
