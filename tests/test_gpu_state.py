@@ -372,7 +372,13 @@ def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_nam
     samples = store.cell_dir("p1-a") / "gpu-a1" / "samples.jsonl"  # the task's second server
     samples.parent.mkdir(parents=True)
     samples.write_text("{}\n")
-    [shipped] = task_files(store.task, 1)
+    (samples.parent.parent / "gpu-a0").mkdir()
+    (samples.parent.parent / "gpu-a0" / gpu_state.VOIDED).write_text(
+        json.dumps({"cell_id": "c", "attempt": "0-ab", "at": "round 0", "foreign": []}))
+    files = task_files(store.task, 1)
+    [shipped] = [k for k in files if k.endswith("samples.jsonl")]
+    # the voided attempt's record, renumbered in its path and in what it names (a local resume reads it)
+    assert json.loads(files["cells/p1-a/gpu-a1/voided.json"])["attempt"] == "1-ab"
     store.append(CELLS, {"cell_id": "c", "attempt": "1-cd", "status": "ok",
                          "gpu_state": {"available": True, "policy": "retry",
                                        "contaminated_attempts": [{"attempt": "0-ab", "at": "round 0"}]},

@@ -13,12 +13,14 @@ continue the count and never reuse the lost attempt's name.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from e2e.gpu_state import VOIDED
 from e2e.live_servers import scratch_root
 from e2e.redact import REDACTED
 from e2e.store import CELLS
@@ -141,6 +143,9 @@ def task_files(task: Path, offset: int, secrets: frozenset[str] = frozenset()) -
             if (m := _RECORDS.match(part)):
                 parts[i] = f"{m[1]}-a{int(m[2]) + offset}"
         data = p.read_bytes()
+        if p.name == VOIDED:  # the attempt it names is numbered as the rows are
+            v = json.loads(data)
+            data = (json.dumps({**v, "attempt": shift_attempt(v["attempt"], offset)}) + "\n").encode()
         if parts[0] == "logs":
             for s in sorted(secrets, key=len, reverse=True):
                 data = data.replace(s.encode(), REDACTED.encode())
