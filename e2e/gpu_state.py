@@ -373,10 +373,8 @@ class ServerWatch:
             self._void(json.loads(f.read_text()))
 
     def _void(self, voided: dict[str, Any]) -> None:
-        entry = {k: voided[k] for k in ("attempt", "at", "foreign")}
-        mine = self.contaminated_attempts.setdefault(voided.get("cell_id") or "", [])
-        if entry not in mine:
-            mine.append(entry)
+        self.contaminated_attempts.setdefault(voided.get("cell_id") or "", []).append(
+            {k: voided[k] for k in ("attempt", "at", "foreign")})
 
     def started(self, leader: int, server_id: str) -> None:
         self.leader, self.server_id = leader, server_id

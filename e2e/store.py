@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import json
 import os
 import re
@@ -37,6 +36,7 @@ REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
 KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
 MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
+ATTEMPT_DIR = re.compile(r"^(records|gpu)-a(\d+)$")  # cells/<server>/ per attempt: routing records, GPU samples
 
 
 def run_folder(out: str | Path, run_id: str | None, config_name: str, suffix: str = "") -> Path:
@@ -250,11 +250,10 @@ class RunStore:
         """How many server attempts of `key` have left files here (logs/<key>.aN.log, cells/<key>/
         {gpu,records}-aN): a resumed run numbers its next attempt past them, so no attempt's log,
         readings or records are ever appended to another's."""
-        used = [int(m[1]) for f in (self.root / "logs").glob(f"{glob.escape(key)}.a*.log")
+        logs, cells = self.root / "logs", self.root / "cells" / key
+        used = [int(m[1]) for f in (logs.iterdir() if logs.is_dir() else [])
                 if (m := re.fullmatch(rf"{re.escape(key)}\.a(\d+)\.log", f.name))]
-        cells = self.root / "cells" / key
-        used += [int(m[1]) for f in (cells.iterdir() if cells.is_dir() else [])
-                 if (m := re.fullmatch(r"(?:gpu|records)-a(\d+)", f.name))]
+        used += [int(m[2]) for f in (cells.iterdir() if cells.is_dir() else []) if (m := ATTEMPT_DIR.match(f.name))]
         return max(used, default=-1) + 1
 
 

@@ -23,12 +23,11 @@ from typing import Any, Callable
 from e2e.gpu_state import VOIDED
 from e2e.live_servers import scratch_root
 from e2e.redact import REDACTED
-from e2e.store import CELLS
+from e2e.store import ATTEMPT_DIR, CELLS
 
 Send = Callable[[tuple], None]
 _ATTEMPT = re.compile(r"^(\d+)-")
 _ERROR_ATTEMPT = re.compile(r"\battempt (\d+):")
-_RECORDS = re.compile(r"^(records|gpu)-a(\d+)$")  # per-attempt folders: routing records, GPU samples
 
 
 def shift_attempt(tag: str, offset: int) -> str:
@@ -140,7 +139,7 @@ def task_files(task: Path, offset: int, secrets: frozenset[str] = frozenset()) -
             continue
         parts = list(p.relative_to(task).parts)
         for i, part in enumerate(parts):
-            if (m := _RECORDS.match(part)):
+            if (m := ATTEMPT_DIR.match(part)):
                 parts[i] = f"{m[1]}-a{int(m[2]) + offset}"
         data = p.read_bytes()
         if p.name == VOIDED:  # the attempt it names is numbered as the rows are
