@@ -24,6 +24,7 @@ from e2e import variance_model as vm
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
+from e2e.live_servers import FINISHED, effective_status
 from e2e.progress import make_console
 from e2e.store import write_json_atomic
 from e2e.tables import render_console
@@ -68,6 +69,17 @@ def metadata_mismatches(a: RunAnalysis, b: RunAnalysis) -> list[str]:
         if va != vb:
             out.append(f"{name}: {va!r} vs {vb!r}")
     return out
+
+
+def unfinished(r: RunAnalysis) -> str | None:
+    """Why run r is not a finished run (its status, the planned cells it lacks), or None. Its rows
+    still compare; the reader must know the run stopped short (the report's banner, here a line)."""
+    status = effective_status(r.root, r.manifest.get("status"))
+    if status in FINISHED:
+        return None
+    missing = [c["cell_id"] for c in r.plan if c["cell_id"] not in r.cell_rows]
+    return (f"{r.root.name} is not finished (status {status})"
+            + (f": {len(missing)} of {len(r.plan)} planned cell(s) not run ({', '.join(missing)})" if missing else ""))
 
 
 def compare_runs(a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None
@@ -127,6 +139,9 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     for name, code in unknown.items():
         if not code["identified"]:
             console.print(f"[bold red]warning: CODE NOT IDENTIFIED in {name}: {code['line']}[/bold red]")
+    short = [w for w in map(unfinished, (a, b)) if w]
+    for w in short:
+        console.print(f"[bold yellow]warning: RUN NOT FINISHED: {w}[/bold yellow]")
     rows, line, undecidable = compare_runs(a, b, args.arm)
     console.print(render_console(sm.COMPARE, rows, f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
                                                    f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})"))
@@ -140,7 +155,7 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     if args.json:
         write_json_atomic(Path(args.json), {
             "schema_version": VERSIONS["compare"], "kind": "e2e-compare", "run_a": str(a.root),
-            "run_b": str(b.root), "metadata_mismatches": mism, "code": unknown, "correction": line,
+            "run_b": str(b.root), "metadata_mismatches": mism, "unfinished": short, "code": unknown, "correction": line,
             "rows": rows, "regressions": len(regressions), "cannot_decide": undecidable, "exit_status": status})
     if regressions:
         console.print(f"[red]{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %[/red]")

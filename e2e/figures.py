@@ -204,13 +204,15 @@ def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], orde
     keys = sorted({(r["series"], r["arm"], r["depth"]) for r in rows if r.get("estimate_ms") is not None})
     if not keys:
         return None
-    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"]) for r in rows})
+    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r.get("finished", True))
+                   for r in rows})
     arm_rows = list(dict.fromkeys((k[0], k[1]) for k in keys))
     depths = sorted({k[2] for k in keys})
     fig, axes = tables.new_panels(max(4.2 * len(depths), 0.9 * len(runs) * len(depths)), 3.4 * len(arm_rows),
                                   len(arm_rows), len(depths))
     grid = {(sa, d): axes[i * len(depths) + j] for i, sa in enumerate(arm_rows) for j, d in enumerate(depths)}
-    labels = [f"vLLM {v}\n#{t} in time\n{str(st or '')[5:16].replace('T', ' ')}" for _, _, v, t, st in runs]
+    labels = [f"vLLM {v}\n#{t} in time\n{str(st or '')[5:16].replace('T', ' ')}" + ("" if done else "\nNOT FINISHED")
+              for _, _, v, t, st, done in runs]
     for ((series, arm), d), ax in grid.items():
         pts = sorted((r for r in rows if (r["series"], r["arm"], r["depth"]) == (series, arm, d)
                       and r.get("estimate_ms") is not None), key=lambda r: r["order"])

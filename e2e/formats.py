@@ -22,8 +22,8 @@ VERSIONS = {
     "cells": 1,           # cells.jsonl rows
     "requests": 1,        # requests.jsonl rows
     "summary": 3,         # summary.json / summary.csv / comparisons.csv / report.md (3: the whole record of report.md)
-    "compare": 2,         # compare --json (2: verdicts, exit status)
-    "history": 2,         # history.csv / history.json (2: change points)
+    "compare": 3,         # compare --json (2: verdicts, exit status; 3: unfinished runs named)
+    "history": 3,         # history.csv / history.json (2: change points; 3: unfinished runs named)
     "gsm8k-unit": 1,      # gsm8k/<arm>/r<k>/unit.json
     "gsm8k-summary": 1,   # gsm8k/summary.json
     "kernels": 1,         # kernels_check rows.jsonl and its summary

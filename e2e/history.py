@@ -20,7 +20,7 @@ from e2e import exits, figures, outcomes, tables, verdicts
 from e2e import summary as sm
 from e2e.analysis import RunAnalysis, vllm_version
 from e2e.changepoints import find_change_points
-from e2e.compare import CHECKED_METADATA
+from e2e.compare import CHECKED_METADATA, unfinished
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
 from e2e.progress import make_console
@@ -43,18 +43,21 @@ def _version_key(v: str | None) -> tuple:
     return (0, tuple(int(x) for x in m.group(1).split(".")), m.group(2) == "", m.group(2))
 
 
-def find_runs(folder: Path, match: str = "*") -> list[Path]:
-    """Run folders (manifest.json and plan.json) directly under folder whose name matches the glob."""
+def find_runs(folder: Path, match: str | list[str] = "*") -> list[Path]:
+    """Run folders (manifest.json and plan.json) directly under folder whose name matches one of
+    the globs."""
     if not folder.is_dir():
         raise UserError(f"history: {folder} is not a folder")
-    runs = sorted(p for p in folder.glob(match)
-                  if (p / "manifest.json").is_file() and (p / "plan.json").is_file())
+    globs = [match] if isinstance(match, str) else match
+    runs = sorted({p for g in globs for p in folder.glob(g)
+                   if (p / "manifest.json").is_file() and (p / "plan.json").is_file()})
     if not runs:
-        raise UserError(f"history: no run folders (with manifest.json) named {match!r} under {folder}")
+        raise UserError(f"history: no run folders (with manifest.json) named {' or '.join(map(repr, globs))} "
+                        f"under {folder}")
     return runs
 
 
-def load_runs(folder: Path, order_by: str, match: str = "*") -> tuple[list[RunAnalysis], list[str]]:
+def load_runs(folder: Path, order_by: str, match: str | list[str] = "*") -> tuple[list[RunAnalysis], list[str]]:
     """The readable runs in series order, and a warning for each run folder skipped."""
     runs, skipped = [], []
     for p in find_runs(folder, match):
@@ -80,10 +83,12 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
     for i, r in enumerate(runs):
         key = tuple(repr(CHECKED_METADATA[k](r)) for k in SERIES_KEYS)
         series.setdefault(key, []).append(i)
+        finished = unfinished(r) is None
         for arm in r.arms:
             for d in r.depths:
                 rows.append({"order": i, "run": r.root.name, "vllm": vllm_version(r.manifest),
                              "time_order": in_time[id(r)], "started": r.manifest.get("started"),
+                             "finished": finished,
                              "arm": arm, "depth": d,
                              "series": list(series).index(key), "estimator": r.estimator,
                              **verdicts.arm_estimate(r.fit, arm, d, r._cells_of(arm, d))})
@@ -108,19 +113,23 @@ def add_history_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", help="a folder of run folders (e.g. results/)")
     p.add_argument("--order-by", choices=("version", "date"), default="version",
                    help="order runs by vLLM version (then date) or by start date (default: %(default)s)")
-    p.add_argument("--match", default="*", metavar="GLOB",
-                   help="only run folders whose name matches (e.g. 'cpu-vllm-*'; default: all)")
+    p.add_argument("--match", action="append", metavar="GLOB",
+                   help="only run folders whose name matches (e.g. 'cpu-vllm-*'; repeat for several; "
+                        "default: all)")
     p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
 
 
 def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
     console = console or make_console()
     folder = Path(args.folder)
-    runs, skipped = load_runs(folder, args.order_by, args.match)
+    runs, skipped = load_runs(folder, args.order_by, args.match or "*")
     for w in skipped:
         console.print(f"[yellow]warning: {w}[/yellow]")
     if not runs:
         raise UserError(f"history: no readable run folder under {folder}")
+    short = [w for w in map(unfinished, runs) if w]
+    for w in short:   # its rows are in the series, for what they hold; the reader must know it stopped short
+        console.print(f"[bold yellow]warning: RUN NOT FINISHED: {w}[/bold yellow]")
     rows, steps = history(runs)
     out = Path(args.out) if args.out else folder
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +141,7 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     tables.write_table_csv(out / "history.csv", sm.HISTORY, rows, VERSIONS["history"])
     write_json_atomic(out / "history.json", {"schema_version": VERSIONS["history"], "kind": "e2e-history",
                                              "order_by": args.order_by, "runs": rows, "change_points": steps,
-                                             "skipped": skipped})
+                                             "skipped": skipped, "unfinished": short})
     fig = figures.history_figure(rows, steps, args.order_by, out / "history.png")
     if fig is None and (out / "history.png").is_file():
         (out / "history.png").unlink()  # an earlier history's figure: this one has nothing to draw

@@ -424,6 +424,9 @@ def harness_gone(run_root: Path) -> bool:
         os.close(fd)  # closing releases the probe's own lock
 
 
+FINISHED = ("complete", "complete-with-failures")   # what session.finish writes at a run's end
+
+
 def effective_status(run_root: Path, status: Any) -> Any:
     """A manifest's status as a reader should state it: `running` with no harness holding the
     folder is `harness-died` (killed, or its machine went down, before it could say so)."""

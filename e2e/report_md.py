@@ -11,6 +11,7 @@ from typing import Any, Callable
 from e2e import figures, outcomes
 from e2e import summary as sm
 from e2e.exits import MEANING
+from e2e.live_servers import FINISHED
 from e2e.tables import markdown, num, render_markdown
 
 Section = Callable[[dict[str, Any]], list[str]]
@@ -47,7 +48,7 @@ def head(s: dict[str, Any]) -> list[str]:
     if not f["code"]["identified"]:
         md += [f"> **WARNING: CODE NOT IDENTIFIED.** {f['code']['line']}. These numbers cannot be tied to a "
                "version of this project.", ""]
-    if f["status"] not in ("complete", "complete-with-failures"):
+    if f["status"] not in FINISHED:
         md += [f"> **WARNING: RUN NOT FINISHED: status `{f['status']}`**"
                + (f" ({f['error']})" if f.get("error") else "")
                + (": the manifest was never finalised (the run was cut off or copied while running)"

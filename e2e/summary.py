@@ -240,6 +240,7 @@ HISTORY = Table("history", (
     col("order", None, None),
     col("run", "run", None, CONSOLE), col("vllm", "vLLM", None, CONSOLE),
     col("time_order", "run # in time", "{}", CONSOLE), col("started", "started", None, CONSOLE),
+    col("finished", "finished", "{}", CONSOLE),   # False: the run stopped short (compare.unfinished)
     col("series", None, None),
     col("arm", "arm", None, CONSOLE), col("depth", "depth", "{}", CONSOLE),
     col("estimate_ms", "ms/tok", views=CONSOLE),

@@ -168,7 +168,7 @@ def test_compare_exit_status(tmp_path):
     out = tmp_path / "cmp.json"
     assert _compare(a, slow, "--json", str(out)) == 1
     j = json.loads(out.read_text())
-    assert j["schema_version"] == 2 and j["regressions"] == 2 and j["exit_status"] == 1
+    assert j["schema_version"] == 3 and j["regressions"] == 2 and j["exit_status"] == 1 and j["unfinished"] == []
     decided = {(r["arm"], r["decision"]) for r in j["rows"]}
     assert decided == {("stock", "slower"), ("widened", verdicts.EQUIVALENT)}
     assert "Holm" in j["correction"]
@@ -188,6 +188,47 @@ def test_compare_cannot_decide_exits_3(tmp_path):
                      failed={"p1-d1024-stock", "p1-d1024-widened", "p1-d8192-stock", "p1-d8192-widened",
                              "p2-d1024-stock", "p2-d1024-widened", "p2-d8192-stock", "p2-d8192-widened"})
     assert _compare(a, cells) == compare.CANNOT_DECIDE
+
+
+def _cut_short(root, status="running"):
+    """A run whose machine went away: the manifest says `running` (nobody holds its lock, so readers
+    say harness-died) and pass 2's stock cells never ran."""
+    m = json.loads((root / "manifest.json").read_text())
+    m["status"] = status
+    (root / "manifest.json").write_text(json.dumps(m))
+    rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
+    (root / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows
+                                      if not (r["pass"] == 2 and r["arm"] == "stock")))
+
+
+def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
+    """Rows of a run that stopped short still compare, but never silently: both commands print
+    which run is not finished, its status and the planned cells it lacks, and write them to JSON."""
+    runs = tmp_path / "runs"
+    a = make_run(runs / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003, passes=4)
+    b = make_run(runs / "b", {"stock": 2.0, "widened": 1.8}, seed=2, between=0.003, passes=4,
+                 vllm="0.27.1", started="2026-11-30T10:00:00")
+    make_run(runs / "c", {"stock": 2.0}, seed=3, between=0.003, vllm="0.28.0")
+    _cut_short(b)
+    out = tmp_path / "cmp.json"
+    assert _compare(a, b, "--json", str(out)) == 0   # widened and stock still have 2+ servers a side
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "RUN NOT FINISHED: b is not finished (status harness-died): 2 of 16 planned cell(s) not run " \
+           "(p2-d1024-stock, p2-d8192-stock)" in printed
+    assert json.loads(out.read_text())["unfinished"] == [
+        "b is not finished (status harness-died): 2 of 16 planned cell(s) not run (p2-d1024-stock, p2-d8192-stock)"]
+    assert _compare(a, make_run(runs / "d", {"stock": 2.0, "widened": 1.8}, seed=4, passes=4)) == 0
+    assert "NOT FINISHED" not in capsys.readouterr().out
+    p = argparse.ArgumentParser()
+    history.add_history_args(p)
+    h = tmp_path / "h"
+    assert history.history_main(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
+    assert "RUN NOT FINISHED: b is not finished" in " ".join(capsys.readouterr().out.split())
+    j = json.loads((h / "history.json").read_text())
+    assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1   # c and d: not matched
+    assert {(r["run"], r["finished"]) for r in j["runs"]} == {("a", True), ("b", False)}
+    with open(h / "history.csv") as f:
+        assert {(r["run"], r["finished"]) for r in csv.DictReader(f)} == {("a", "True"), ("b", "False")}
 
 
 def test_compare_refuses_mismatched_metadata_unless_forced(tmp_path):
