@@ -17,6 +17,7 @@ from scipy import stats as scipy_stats
 from e2e import bandwidth, bookends, estimate, gpu_state, planning, roofline, stats, verdicts
 from e2e import variance_model as vm
 from e2e.errors import UserError
+from e2e.live_servers import effective_status
 from e2e.manifest import project_root
 from e2e.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, counted_requests
 
@@ -112,9 +113,11 @@ class RunAnalysis:
                           extra=self._drift_variance(ok))
         if self.fit is not None:
             self.warnings.extend(self.fit.warnings)
-        missing = [c["cell_id"] for c in self.plan if c["cell_id"] not in self.cell_rows]
-        if missing:
-            self.warnings.append(f"{len(missing)} planned cell(s) not run: {', '.join(missing)}")
+        # as a reader should state it (harness-died: `running` with nobody holding the folder)
+        self.status = effective_status(self.root, self.manifest.get("status"))
+        self.missing = [c["cell_id"] for c in self.plan if c["cell_id"] not in self.cell_rows]
+        if self.missing:
+            self.warnings.append(f"{len(self.missing)} planned cell(s) not run: {', '.join(self.missing)}")
         self.comparisons = self._comparisons()
         self.agreement = self._agreement()
         self.roofline = self._roofline()

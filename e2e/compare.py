@@ -24,7 +24,7 @@ from e2e import variance_model as vm
 from e2e.analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
 from e2e.errors import UserError
 from e2e.formats import VERSIONS
-from e2e.live_servers import FINISHED, effective_status
+from e2e.live_servers import FINISHED
 from e2e.progress import make_console
 from e2e.store import write_json_atomic
 from e2e.tables import render_console
@@ -74,12 +74,11 @@ def metadata_mismatches(a: RunAnalysis, b: RunAnalysis) -> list[str]:
 def unfinished(r: RunAnalysis) -> str | None:
     """Why run r is not a finished run (its status, the planned cells it lacks), or None. Its rows
     still compare; the reader must know the run stopped short (the report's banner, here a line)."""
-    status = effective_status(r.root, r.manifest.get("status"))
-    if status in FINISHED:
+    if r.status in FINISHED:
         return None
-    missing = [c["cell_id"] for c in r.plan if c["cell_id"] not in r.cell_rows]
-    return (f"{r.root.name} is not finished (status {status})"
-            + (f": {len(missing)} of {len(r.plan)} planned cell(s) not run ({', '.join(missing)})" if missing else ""))
+    return (f"{r.root.name} is not finished (status {r.status})"
+            + (f": {len(r.missing)} of {len(r.plan)} planned cell(s) not run ({', '.join(r.missing)})"
+               if r.missing else ""))
 
 
 def compare_runs(a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None

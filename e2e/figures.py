@@ -204,7 +204,7 @@ def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], orde
     keys = sorted({(r["series"], r["arm"], r["depth"]) for r in rows if r.get("estimate_ms") is not None})
     if not keys:
         return None
-    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r.get("finished", True))
+    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r["finished"])
                    for r in rows})
     arm_rows = list(dict.fromkeys((k[0], k[1]) for k in keys))
     depths = sorted({k[2] for k in keys})

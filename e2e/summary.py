@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from e2e import estimate, identity, outcomes, report_gpu, routing
-from e2e.live_servers import effective_status
 from e2e.formats import VERSIONS
 from e2e.tables import Col, Table, col, interval, num, pct, text
 
@@ -262,7 +261,7 @@ def run_facts(a: Any) -> dict[str, Any]:
         overrides = list(m.get("harness_flag_overrides") or [])
     from e2e.analysis import gpu_name, graph_mode, vllm_version
     return {"run_id": m.get("run_id"), "command": m.get("command") or "run",
-            "status": effective_status(a.root, m.get("status")),   # harness-died when nobody holds it
+            "status": a.status,   # harness-died when nobody holds it
             "status_note": m.get("status_note"), "exit_status": m.get("exit_status"),
             "error": m.get("error"), "started": m.get("started"),
             "ended": m.get("ended"), "vllm": vllm_version(m), "gpu": gpu_name(m),
