@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -355,20 +356,14 @@ class RunAnalysis:
     def gpu_time(self) -> dict[str, Any]:
         """Where the run's GPU time went, from the rows: server starts, warm-ups and timed rounds of
         the finished cells (the counted attempts; a failed start's time is in the wall clock only),
-        and the wall clock from the manifest's start to its end."""
+        and the wall clock of the harness sessions (wall_clock_sessions)."""
         rows = [c for c in self.cell_rows.values() if c.get("status") == "ok"]
         parts = {k: sum(float(c.get(k) or 0.0) for c in rows) for k in ("startup_s", "warmup_s", "measure_s")}
-        wall = None
-        try:
-            from datetime import datetime
-            t0, t1 = self.manifest.get("started"), self.manifest.get("ended")
-            if t0 and t1:
-                wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
-        except (TypeError, ValueError):
-            wall = None
+        wall, n, gap = wall_clock_sessions(self.manifest, self.cell_rows.values())
         return {"cells_minutes": sum(parts.values()) / 60, "starts_minutes": parts["startup_s"] / 60,
                 "warmup_minutes": parts["warmup_s"] / 60, "measure_minutes": parts["measure_s"] / 60,
-                "wall_minutes": None if wall is None else wall / 60}
+                "wall_minutes": None if wall is None else wall / 60, "harness_sessions": n,
+                "wall_not_counted_minutes": None if gap is None else gap / 60}
 
     def max_pass_disagreement_pct(self) -> float | None:
         vals = [a["max_rel_diff_pct"] for a in self.agreement if a["max_rel_diff_pct"] is not None]
@@ -497,3 +492,33 @@ def _torn_tail(path: Path) -> str | None:
         return None
     return (f"{path.name}: the last line is torn (a crash mid-write): left out; `--resume` sets it aside "
             f"to {path.name}.torn")
+
+
+def wall_clock_sessions(manifest: dict[str, Any], cell_rows: Any) -> tuple[float | None, int, float | None]:
+    """(seconds, sessions, seconds not counted): the wall clock the harness ran, over its sessions.
+
+    A resumed run has one session per harness: the first from the manifest's start, each resume
+    from its own start. A session that a later resume followed ended unseen (the harness died), so it
+    counts to its last cell row; the last counts to the manifest's end. The time between a dead
+    harness and its resume (hours, across machines) is no GPU time of this run and is returned apart.
+    """
+    def when(v: Any) -> datetime | None:
+        try:
+            return datetime.fromisoformat(v) if isinstance(v, str) else None
+        except ValueError:
+            return None
+    t0, t1 = when(manifest.get("started")), when(manifest.get("ended"))
+    if t0 is None or t1 is None:
+        return None, 1, None
+    starts = [t0] + [t for r in manifest.get("resumes") or [] if isinstance(r, dict)
+                     and (t := when(r.get("started"))) is not None]
+    starts.sort()
+    finished = [t for c in cell_rows if (t := when(c.get("finished"))) is not None]
+    total = 0.0
+    for i, s in enumerate(starts):
+        if i + 1 < len(starts):
+            e = max([t for t in finished if s <= t < starts[i + 1]], default=s)
+        else:
+            e = t1
+        total += max((e - s).total_seconds(), 0.0)
+    return total, len(starts), (t1 - t0).total_seconds() - total

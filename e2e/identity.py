@@ -94,11 +94,14 @@ def describe(manifest: dict[str, Any]) -> dict[str, Any]:
 def _one(code: dict[str, Any] | None, git: dict[str, Any]) -> tuple[bool, str]:
     if isinstance(code, dict) and code.get("package_sha256"):
         c, pkg = code.get("commit"), f"package sha256 `{code['package_sha256'][:16]}` ({code.get('package_files')} files)"
-        if c and code.get("commit_holds_package") and not code.get("dirty"):
-            return True, f"commit `{c[:12]}`, clean, holding exactly the package that ran; {pkg}"
+        if c and code.get("commit_holds_package"):
+            # Dirty but holding the package: the uncommitted changes lie outside the code (a renamed
+            # results folder, say); the commit still names exactly what ran.
+            tree = "clean" if not code.get("dirty") else "uncommitted changes outside the package"
+            return True, f"commit `{c[:12]}`, {tree}, holding exactly the package that ran; {pkg}"
         why = ("no `.git` with the copy that ran" if not c else
                f"commit `{c[:12]}` does not hold it (a stale `.git` or uncommitted changes)"
-               if code.get("commit_holds_package") is False or code.get("dirty") else f"commit `{c[:12]}`")
+               if code.get("commit_holds_package") is False else f"commit `{c[:12]}` (not checked against it)")
         return True, f"{pkg}, identified by content: {why} (`python -m e2e.identity CHECKOUT` gives a checkout's)"
     c = git.get("commit")
     if not c:

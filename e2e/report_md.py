@@ -108,7 +108,13 @@ def executor_line(c: dict[str, Any]) -> str:
 def _gpu_time(g: dict[str, Any] | None) -> str:
     if not g:
         return "-"
-    wall = f"{g['wall_minutes']:.1f} min wall clock (manifest start to end); " if g.get("wall_minutes") else ""
+    wall = ""
+    if g.get("wall_minutes") and (g.get("harness_sessions") or 1) > 1:
+        wall = (f"{g['wall_minutes']:.1f} min wall clock in {g['harness_sessions']} harness sessions (each "
+                f"from its start to its last cell row, the last to the run's end; "
+                f"{g['wall_not_counted_minutes']:.1f} min between them not counted); ")
+    elif g.get("wall_minutes"):
+        wall = f"{g['wall_minutes']:.1f} min wall clock (manifest start to end); "
     return (wall + f"cells {g['cells_minutes']:.1f} min: starts {g['starts_minutes']:.1f}, warm-up "
             f"{g['warmup_minutes']:.1f}, timed rounds {g['measure_minutes']:.1f}")
 

@@ -68,6 +68,16 @@ def test_a_stale_git_is_noticed_and_the_content_still_identifies(tmp_path):
     _git(copy, "add", "-A")
     _git(copy, "commit", "-qm", "the older code")
     assert _manifest_code(copy)["commit_holds_package"] is True
+    # Uncommitted changes outside the package (a results folder renamed, as before the 0.23.0 H200
+    # resume): dirty, yet the commit holds exactly the code that ran, and the report says so.
+    (copy / "notes.txt").write_text("not code\n")
+    _git(copy, "add", "notes.txt")
+    code = _manifest_code(copy)
+    assert code["dirty"] is True and code["commit_holds_package"] is True
+    line = identity.describe({"code": code})["line"]
+    assert "uncommitted changes outside the package, holding exactly the package" in line
+    assert "does not hold it" not in line
+    _git(copy, "rm", "-q", "--cached", "notes.txt")
     newer = copy / "e2e" / "summary.py"
     newer.write_text(newer.read_text() + "\n# the newer code, copied over the older .git\n")
     code = _manifest_code(copy)

@@ -14,6 +14,10 @@
 # Another vLLM bundle (scripts/gpu/make_bundle.sh, e.g. 0.23.0 in five parts): BUNDLE=.gpu23 LAST=4
 # (copy .bundles/vllm-0.23.0/pN into .gpu23/cN and the tokenizers into .gpu23/c4), stage 0..4. Each
 # bundle installs into its own site, so two releases can be staged on one machine and run in turn.
+# RUN_ID=other runs the config into results/other. Use it when git tracks files under results/<name>
+# in the checkout the session began with (a partial run renamed away, say): each device call copies the
+# working tree again and deletes, there, tracked paths missing here, so a run writing into such a folder
+# lost its manifest, plan and rows to the next poll (2026-12-03). stage N (the last) and resume refuse it.
 # The run is one detached process (setsid), so a call that ends, or a machine that goes back, loses
 # nothing already written; each poll brings back the run folder as it stands ($OUT/run.tgz, no
 # compile cache) and the run's console log.
@@ -21,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 CONFIG=${CONFIG:-configs/h200-reference-tp1.toml}
-RUN=results/$(basename "$CONFIG" .toml)
+RUN=results/${RUN_ID:-$(basename "$CONFIG" .toml)}
 B=${BUNDLE:-.gpu}; LAST=${LAST:-3}               # the bundle's folder of parts c0..c$LAST
 ENV_FILE=/tmp/gpu-env-$(basename "$B").sh       # its gpu-env.sh, kept once installed
 env_on() { source "$ENV_FILE"; }
@@ -41,10 +45,21 @@ pack() {
 
 RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)"   # pgrep -f: a started or a resumed run
 
+# Refuse a run folder that git tracks files under (see the header): the next call's copy would
+# overwrite or delete what the run writes there.
+untracked_run_folder() {
+  local t; t=$(git ls-files -- "$RUN" 2>/dev/null | head -3 | paste -sd, -)
+  [ -z "$t" ] && return 0
+  echo "reference_tp1.sh: git tracks files under $RUN ($t...): each device call's copy of the tree would" \
+       "overwrite or delete what the run writes there; set RUN_ID to another name" >&2
+  return 2
+}
+
 case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | poll SECONDS | stop | importtime}" in
   stage|resume)
     if [ "$1" = resume ]; then N=$LAST; [ -f "$RUN/manifest.json" ] || { echo "resume: no $RUN/manifest.json (carry it)"; exit 2; }
     else N=${2:?stage N}; fi
+    if [ "$N" = "$LAST" ]; then untracked_run_folder || exit 2; fi
     bash "$B/c$N/p$N/gpu-install.sh" "$B/c$N" || exit 1
     [ "$N" = "$LAST" ] || exit 0
     cp "$B/c$LAST/p$LAST/gpu-env.sh" "$ENV_FILE"
