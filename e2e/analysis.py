@@ -145,16 +145,22 @@ class RunAnalysis:
     def startup_table(self) -> list[dict[str, Any]]:
         """Per arm: server starts in run order. The first start of an arm fills its compile cache;
         later starts reuse it (server.compile_cache = per-arm), so first - median(later) is the time
-        the cache saved per start (cells sharing a server record startup 0 and are left out)."""
+        the cache saved per start (cells sharing a server record startup 0 and are left out). A later
+        start whose log says the cache missed (a resume on another machine, a changed compile key)
+        compiled like the first: it is counted in later_cache_misses and not credited to the cache."""
         out = []
         for arm in dict.fromkeys(c["arm"] for c in self.cell_rows.values()):
-            starts = [float(c["startup_s"]) for c in sorted(self.cell_rows.values(), key=lambda c: c.get("index", 0))
-                      if c["arm"] == arm and c.get("status") == "ok" and c.get("startup_s")]
+            rows = [c for c in sorted(self.cell_rows.values(), key=lambda c: c.get("index", 0))
+                    if c["arm"] == arm and c.get("status") == "ok" and c.get("startup_s")]
+            starts = [float(c["startup_s"]) for c in rows]
+            cache = [(c.get("startup_phases") or {}).get("compile_cache") for c in rows]
             later = sorted(starts[1:])
             med = later[len(later) // 2] if later else None
+            credited = sorted(t for t, k in zip(starts[1:], cache[1:]) if k != "miss")
+            cmed = credited[len(credited) // 2] if credited else None
             out.append({"arm": arm, "starts": len(starts), "first_s": starts[0] if starts else None,
-                        "later_median_s": med,
-                        "saved_per_start_s": (starts[0] - med) if starts and med is not None else None})
+                        "later_median_s": med, "later_cache_misses": cache[1:].count("miss"),
+                        "saved_per_start_s": (starts[0] - cmed) if starts and cmed is not None else None})
         return out
 
     PHASES = ("api_to_engine_s", "engine_to_worker_s", "weights_s", "compile_s", "compile_cache",

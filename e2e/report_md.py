@@ -249,6 +249,11 @@ def starts(s: dict[str, Any]) -> list[str]:
         what = (f"Compile cache: `{cache}` (per-arm: each arm's later starts reuse what its first start "
                 "compiled; never across arms).")
         saved = "saved per start s"
+    missed = [f"{r['arm']}: {r['later_cache_misses']} of {r['starts'] - 1} later" for r in rows if r.get("later_cache_misses")]
+    if missed and not f.get("eager"):
+        what += (" Later starts whose log says the cache missed compiled like a first one (a resume on "
+                 f"another machine, a changed compile key): {', '.join(missed)}; the saving is taken from "
+                 "the later starts that hit it (none: `-`).")
     md = ["## Server starts", "", what, "", render_markdown(sm.STARTS, rows, saved=saved), ""]
     if s.get("start_phases"):
         md += ["Where each start went, read from the server's own log (seconds; vLLM's log has one-second "

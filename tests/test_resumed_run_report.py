@@ -1,6 +1,8 @@
-"""The wall clock a run reports: one harness session from start to end; a resumed run counts each
-session (a dead harness's to its last cell row) and leaves out the hours between the death and the
-resume (the 0.23.0 H200 run died at 18:58 one evening and was resumed at 09:44 the next morning)."""
+"""What the report says of a resumed run. The wall clock: one harness session from start to end; a
+resumed run counts each session (a dead harness's to its last cell row) and leaves out the hours
+between the death and the resume (the 0.23.0 H200 run died at 18:58 one evening and was resumed at
+09:44 the next morning). The start table: a later start that missed the compile cache (a resume on
+another machine) is not credited to the cache."""
 from e2e.analysis import wall_clock_sessions
 from e2e.report_md import _gpu_time
 
@@ -43,3 +45,18 @@ def test_no_times_no_wall_clock():
     assert wall_clock_sessions({}, []) == (None, 1, None)
     assert "wall clock" not in _gpu_time({"cells_minutes": 1.0, "starts_minutes": 0.5, "warmup_minutes": 0.1,
                                           "measure_minutes": 0.4, "wall_minutes": None})
+
+
+def test_the_start_table_credits_the_cache_only_with_starts_that_hit_it():
+    """The committed 0.23.0 H200 run: stock's second server ran cold on another machine after a
+    resume (its log says the cache missed, 164.5 s against the first's 128.5 s): no saving is
+    claimed for stock; widened's warm start (hit) saved 56.4 s."""
+    from pathlib import Path
+
+    from e2e.analysis import RunAnalysis
+    run = Path(__file__).resolve().parents[1] / "results" / "h200-vllm023-tp1"
+    rows = {r["arm"]: r for r in RunAnalysis(run).startup_table()}
+    assert rows["stock"]["later_cache_misses"] == 1 and rows["stock"]["saved_per_start_s"] is None
+    assert round(rows["stock"]["later_median_s"], 1) == 164.5
+    assert rows["widened"]["later_cache_misses"] == 0
+    assert round(rows["widened"]["saved_per_start_s"], 1) == round(131.0 - 74.6, 1)
