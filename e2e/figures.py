@@ -77,9 +77,14 @@ def depth_axis(ax: Any, depths: list[int], label: str = "context depth (tokens)"
 
 
 def _y_range(ax: Any, values: list[float], label: str, headroom: float = 0.0) -> None:
-    vals = [v for v in values if v is not None and v > 0]
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:  # nothing to scale to: matplotlib's default range, never an exception after a run
+        ax.set_ylabel(label)
+        return
     lo, hi = min(vals), max(vals)
-    if hi / lo > SPAN_FOR_LOG:
+    # A log axis only for positive values: a noisy tiny decode can estimate at or below zero (a
+    # stand-in at 1 ms/token under load did), and the harness must still write its report.
+    if lo > 0 and hi / lo > SPAN_FOR_LOG:
         from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
         ax.set_yscale("log")

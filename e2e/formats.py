@@ -149,8 +149,9 @@ class CellRow(_Row):
 
 
 class PlanEntry(BaseModel):
-    """One planned cell (plan.json is a list of these, in run order)."""
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    """One planned cell (plan.json is a list of these, in run order). Strict: the entries are handed
+    on as read, so a depth of 1.0 or true (which lax validation would coerce) is refused, not used."""
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
 
     index: int = Field(ge=0)
     cell_id: str = Field(min_length=1)

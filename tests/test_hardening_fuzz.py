@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from e2e import formats
 from e2e.config import config_from_manifest, parse_config
@@ -100,6 +100,8 @@ def _paths(obj, prefix=()):
 @FUZZ
 @given(name=st.sampled_from([MANIFEST, PLAN, CELLS, REQUESTS]), value=JSON_VALUES, pick=st.integers(0, 10**6),
        new_key=st.one_of(st.none(), st.text(max_size=8)))
+@example(name=PLAN, value=1.0, pick=5, new_key=None)   # found by CI: a depth of 1.0 passed lax validation
+@example(name=PLAN, value=True, pick=5, new_key=None)
 def test_fuzz_wrong_json_types_per_field(tmp_path, name, value, pick, new_key):
     """Any one field, at any depth (the manifest's config included, which resume parses), gets any
     JSON value; or a dict gets a new key."""
