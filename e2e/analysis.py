@@ -10,6 +10,7 @@ import math
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
+from statistics import median_high
 from typing import Any
 
 import numpy as np
@@ -154,10 +155,9 @@ class RunAnalysis:
                     if c["arm"] == arm and c.get("status") == "ok" and c.get("startup_s")]
             starts = [float(c["startup_s"]) for c in rows]
             cache = [(c.get("startup_phases") or {}).get("compile_cache") for c in rows]
-            later = sorted(starts[1:])
-            med = later[len(later) // 2] if later else None
-            credited = sorted(t for t, k in zip(starts[1:], cache[1:]) if k != "miss")
-            cmed = credited[len(credited) // 2] if credited else None
+            med = median_high(starts[1:]) if starts[1:] else None
+            credited = [t for t, k in zip(starts[1:], cache[1:]) if k != "miss"]
+            cmed = median_high(credited) if credited else None
             out.append({"arm": arm, "starts": len(starts), "first_s": starts[0] if starts else None,
                         "later_median_s": med, "later_cache_misses": cache[1:].count("miss"),
                         "saved_per_start_s": (starts[0] - cmed) if starts and cmed is not None else None})
