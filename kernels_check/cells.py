@@ -1,4 +1,5 @@
 """What a sweep measures: shapes, contexts, dtypes, and the cells they make. Pure, no torch."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -72,6 +73,7 @@ def parse_dtypes(text: str, what: str = "--dtypes") -> list[str]:
 @dataclass(frozen=True)
 class Cell:
     """One sweep cell: fresh random inputs, every path run on them."""
+
     index: int
     dtype: str
     shape: Shape

@@ -10,6 +10,7 @@ Controls (so that a clean sweep means something): the same values written into a
 MUST read (the last written token of sequence 0, kv head 0). A working instrument flags every
 control; the report counts how many it saw.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,7 @@ def tail_slots(seq_len: int, block_size: int) -> int:
     return (-seq_len) % block_size
 
 
-def written_mask(seq_lens: list[int], block_table: torch.Tensor, num_blocks: int,
-                 block_size: int) -> torch.Tensor:
+def written_mask(seq_lens: list[int], block_table: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
     """bool [num_blocks, block_size]: True where some sequence wrote a token. Everything else keeps
     the cache's fill value (the fault, when one is injected)."""
     m = torch.zeros(num_blocks, block_size, dtype=torch.bool)
@@ -50,21 +50,23 @@ def written_mask(seq_lens: list[int], block_table: torch.Tensor, num_blocks: int
 
 @dataclass(frozen=True)
 class TailBookkeeping:
-    tail_slots_per_seq: list[int]    # unwritten slots inside each sequence's final block
-    poisoned_in_table: int           # fault-holding slots inside blocks that some table names
-    poisoned_outside_table: int      # fault-holding slots in blocks nobody owns (incl. block 0)
+    tail_slots_per_seq: list[int]  # unwritten slots inside each sequence's final block
+    poisoned_in_table: int  # fault-holding slots inside blocks that some table names
+    poisoned_outside_table: int  # fault-holding slots in blocks nobody owns (incl. block 0)
 
 
-def tail_bookkeeping(seq_lens: list[int], block_table: torch.Tensor, num_blocks: int,
-                     block_size: int) -> TailBookkeeping:
+def tail_bookkeeping(
+    seq_lens: list[int], block_table: torch.Tensor, num_blocks: int, block_size: int
+) -> TailBookkeeping:
     written = written_mask(seq_lens, block_table, num_blocks, block_size)
     owned = torch.zeros(num_blocks, dtype=torch.bool)
     for s, n in enumerate(seq_lens):
         nb = math.ceil(n / block_size)
         owned[block_table[s, :nb].long()] = True
     poisoned = ~written
-    return TailBookkeeping([tail_slots(n, block_size) for n in seq_lens],
-                           int(poisoned[owned].sum()), int(poisoned[~owned].sum()))
+    return TailBookkeeping(
+        [tail_slots(n, block_size) for n in seq_lens], int(poisoned[owned].sum()), int(poisoned[~owned].sum())
+    )
 
 
 def control_vector(which: str, value: str, q_row: torch.Tensor) -> torch.Tensor:
@@ -80,9 +82,17 @@ def control_vector(which: str, value: str, q_row: torch.Tensor) -> torch.Tensor:
     return sign * (VALUES["large"] / math.sqrt(d))
 
 
-def inject_written(layout: str, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                   block_table: torch.Tensor, seq: int, token: int, kv_head: int, which: str,
-                   vec: torch.Tensor) -> None:
+def inject_written(
+    layout: str,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq: int,
+    token: int,
+    kv_head: int,
+    which: str,
+    vec: torch.Tensor,
+) -> None:
     """Overwrite one written token's K or V (one kv head) in place, in either cache layout."""
     block_size = value_cache.shape[3] if layout == "rocm" else key_cache.shape[1]
     p = int(block_table[seq, token // block_size])
@@ -91,7 +101,7 @@ def inject_written(layout: str, key_cache: torch.Tensor, value_cache: torch.Tens
         if which == "k":  # [N, H, D/x, B, x]
             x = key_cache.shape[4]
             key_cache[p, kv_head, :, o, :] = vec.view(-1, x)
-        else:             # [N, H, D, B]
+        else:  # [N, H, D, B]
             value_cache[p, kv_head, :, o] = vec
     elif layout == "fa":  # [N, B, H, D]
         (key_cache if which == "k" else value_cache)[p, o, kv_head, :] = vec

@@ -13,13 +13,15 @@ Which path ran is counted by wrapping the ops the dispatch calls (module attribu
 call time): `vllm._custom_ops.paged_attention_rocm`, the module global `kernel_paged_attention_2d`
 and `context_attention_fwd` (the prefill branch; must stay at zero for pure decode).
 """
+
 from __future__ import annotations
 
 import inspect
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -29,17 +31,19 @@ from e2e.plugin.contract import GATE_OFF, GATE_ON
 DISPATCH_MODULE = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
 GATE_PATCH = {True: GATE_ON, False: GATE_OFF}
 # What each dispatch path must have counted for one decode launch.
-EXPECTED_COUNTS = {"triton": {"triton_2d": 1, "rocm_custom": 0, "prefill": 0},
-                   "rocm_custom": {"triton_2d": 0, "rocm_custom": 1, "prefill": 0}}
+EXPECTED_COUNTS = {
+    "triton": {"triton_2d": 1, "rocm_custom": 0, "prefill": 0},
+    "rocm_custom": {"triton_2d": 0, "rocm_custom": 1, "prefill": 0},
+}
 
 
 # -- vLLM modules --------------------------------------------------------------------------------
 @dataclass
 class Vllm:
     version: str
-    dispatch_mod: Any     # vllm.v1.attention.ops.chunked_prefill_paged_decode
-    custom_ops: Any       # vllm._custom_ops
-    rocm: Any             # vllm.platforms.rocm
+    dispatch_mod: Any  # vllm.v1.attention.ops.chunked_prefill_paged_decode
+    custom_ops: Any  # vllm._custom_ops
+    rocm: Any  # vllm.platforms.rocm
     dispatch_signature: str
 
 
@@ -49,19 +53,25 @@ def load_vllm() -> Vllm:
         import importlib
 
         import vllm
+
         dispatch_mod = importlib.import_module(DISPATCH_MODULE)
         from vllm import _custom_ops
         from vllm.platforms import rocm
     except Exception as exc:  # ImportError, or a vLLM that fails to initialise
-        raise UserError(f"cannot import vLLM's paged-decode dispatch ({DISPATCH_MODULE}): "
-                        f"{type(exc).__name__}: {exc}") from None
-    for mod, name in ((dispatch_mod, "chunked_prefill_paged_decode"),
-                      (dispatch_mod, "kernel_paged_attention_2d"),
-                      (_custom_ops, "paged_attention_rocm"),
-                      (rocm, "use_rocm_custom_paged_attention")):
+        raise UserError(
+            f"cannot import vLLM's paged-decode dispatch ({DISPATCH_MODULE}): {type(exc).__name__}: {exc}"
+        ) from None
+    for mod, name in (
+        (dispatch_mod, "chunked_prefill_paged_decode"),
+        (dispatch_mod, "kernel_paged_attention_2d"),
+        (_custom_ops, "paged_attention_rocm"),
+        (rocm, "use_rocm_custom_paged_attention"),
+    ):
         if not hasattr(mod, name):
-            raise UserError(f"vLLM {vllm.__version__}: {mod.__name__}.{name} does not exist; "
-                            "kernels_check was written against vLLM 0.26.0")
+            raise UserError(
+                f"vLLM {vllm.__version__}: {mod.__name__}.{name} does not exist; "
+                "kernels_check was written against vLLM 0.26.0"
+            )
     sig = str(inspect.signature(dispatch_mod.chunked_prefill_paged_decode))
     return Vllm(vllm.__version__, dispatch_mod, _custom_ops, rocm, sig)
 
@@ -72,8 +82,10 @@ def rocm_custom_available() -> tuple[bool, str]:
         torch.ops._rocm_C.paged_attention  # noqa: B018  (lookup raises when not registered)
         return True, "torch.ops._rocm_C.paged_attention is registered"
     except (AttributeError, RuntimeError) as exc:
-        return False, ("the ROCm custom paged-attention kernel was not available on this machine "
-                       f"(torch.ops._rocm_C.paged_attention: {type(exc).__name__})")
+        return False, (
+            "the ROCm custom paged-attention kernel was not available on this machine "
+            f"(torch.ops._rocm_C.paged_attention: {type(exc).__name__})"
+        )
 
 
 def fa3_available() -> tuple[bool, str]:
@@ -86,11 +98,11 @@ def fa3_available() -> tuple[bool, str]:
     return False, str(fa_version_unsupported_reason(3))
 
 
-def native_gate(v: Vllm, dtype: torch.dtype, head_size: int, block_size: int, ratio: int,
-                max_seq_len: int) -> bool:
+def native_gate(v: Vllm, dtype: torch.dtype, head_size: int, block_size: int, ratio: int, max_seq_len: int) -> bool:
     """The gate's own answer on this machine (call before any patch is applied)."""
-    return bool(v.rocm.use_rocm_custom_paged_attention(
-        dtype, head_size, block_size, ratio, max_seq_len, 0, "auto", None, None))
+    return bool(
+        v.rocm.use_rocm_custom_paged_attention(dtype, head_size, block_size, ratio, max_seq_len, 0, "auto", None, None)
+    )
 
 
 # -- the gate, through the project's patch mechanism ---------------------------------------------
@@ -98,9 +110,11 @@ def patch_mechanism() -> Callable[[list[str]], list[str]]:
     try:
         from e2e.plugin.patches import apply_patches
     except Exception as exc:
-        raise UserError("e2e.plugin.patches.apply_patches is not importable "
-                        f"({type(exc).__name__}: {exc}); kernels_check forces the gate only "
-                        "through the project's patch mechanism") from None
+        raise UserError(
+            "e2e.plugin.patches.apply_patches is not importable "
+            f"({type(exc).__name__}: {exc}); kernels_check forces the gate only "
+            "through the project's patch mechanism"
+        ) from None
     return apply_patches
 
 
@@ -111,11 +125,9 @@ def force_gate(v: Vllm, on: bool, probe: tuple) -> list[str]:
     max_seq_len). Raises RuntimeError if the patch did not take."""
     applied = patch_mechanism()([GATE_PATCH[on]])
     dtype, head, block, ratio, max_len = probe
-    got = bool(v.rocm.use_rocm_custom_paged_attention(dtype, head, block, ratio, max_len, 0, "auto",
-                                                      None, None))
+    got = bool(v.rocm.use_rocm_custom_paged_attention(dtype, head, block, ratio, max_len, 0, "auto", None, None))
     if got != on:
-        raise RuntimeError(f"apply_patches([{GATE_PATCH[on]!r}]) returned {applied!r} but the gate "
-                           f"still answers {got}")
+        raise RuntimeError(f"apply_patches([{GATE_PATCH[on]!r}]) returned {applied!r} but the gate still answers {got}")
     return list(applied or [])
 
 
@@ -132,6 +144,7 @@ class _CountingKernel:
         def launch(*args: Any, **kwargs: Any) -> Any:
             self._counts[self._key] += 1
             return launcher(*args, **kwargs)
+
         return launch
 
     def __getattr__(self, name: str) -> Any:  # anything else (e.g. .fn, .cache) goes to the kernel
@@ -142,6 +155,7 @@ def _counting_fn(inner: Callable, counts: Counter, key: str) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         counts[key] += 1
         return inner(*args, **kwargs)
+
     wrapper.__wrapped__ = inner  # type: ignore[attr-defined]
     return wrapper
 
@@ -149,16 +163,20 @@ def _counting_fn(inner: Callable, counts: Counter, key: str) -> Callable:
 @dataclass
 class OpCounter:
     """Wraps the ops the dispatch may call; `counts` holds calls since install."""
+
     counts: Counter = field(default_factory=Counter)
     _undo: list = field(default_factory=list)
 
     def install(self, dispatch_mod: Any, custom_ops: Any) -> None:
-        for mod, name, key, kind in ((dispatch_mod, "kernel_paged_attention_2d", "triton_2d", "kernel"),
-                                     (dispatch_mod, "context_attention_fwd", "prefill", "fn"),
-                                     (custom_ops, "paged_attention_rocm", "rocm_custom", "fn")):
+        for mod, name, key, kind in (
+            (dispatch_mod, "kernel_paged_attention_2d", "triton_2d", "kernel"),
+            (dispatch_mod, "context_attention_fwd", "prefill", "fn"),
+            (custom_ops, "paged_attention_rocm", "rocm_custom", "fn"),
+        ):
             orig = getattr(mod, name)
-            wrapped = (_CountingKernel(orig, self.counts, key) if kind == "kernel"
-                       else _counting_fn(orig, self.counts, key))
+            wrapped = (
+                _CountingKernel(orig, self.counts, key) if kind == "kernel" else _counting_fn(orig, self.counts, key)
+            )
             setattr(mod, name, wrapped)
             self._undo.append((mod, name, orig))
 
@@ -176,27 +194,27 @@ class OpCounter:
             yield out
         finally:
             after = self.counts
-            out.update({k: after.get(k, 0) - before.get(k, 0)
-                        for k in ("triton_2d", "rocm_custom", "prefill")})
+            out.update({k: after.get(k, 0) - before.get(k, 0) for k in ("triton_2d", "rocm_custom", "prefill")})
 
 
 # -- launches ------------------------------------------------------------------------------------
 @dataclass
 class DecodeInputs:
     """One cell's device tensors, shared by every path."""
-    query: torch.Tensor          # [seqs, q_heads, head]
-    key: torch.Tensor            # [seqs, kv_heads, head]: the step's new token (already cached)
+
+    query: torch.Tensor  # [seqs, q_heads, head]
+    key: torch.Tensor  # [seqs, kv_heads, head]: the step's new token (already cached)
     value: torch.Tensor
-    key_cache: torch.Tensor      # ROCm layout
+    key_cache: torch.Tensor  # ROCm layout
     value_cache: torch.Tensor
-    block_table: torch.Tensor    # int32 [seqs, max_blocks]
-    seq_lens: torch.Tensor       # int32 [seqs]
+    block_table: torch.Tensor  # int32 [seqs, max_blocks]
+    seq_lens: torch.Tensor  # int32 [seqs]
     query_start_loc: torch.Tensor  # int32 [seqs + 1]: 0, 1, ..., seqs
     max_seq_len: int
     scale: float
-    k_scale: torch.Tensor        # float32 scalar 1.0 (layer._k_scale for an unquantized cache)
+    k_scale: torch.Tensor  # float32 scalar 1.0 (layer._k_scale for an unquantized cache)
     v_scale: torch.Tensor
-    fa_key_cache: torch.Tensor | None = None   # FLASH_ATTN layout, same data
+    fa_key_cache: torch.Tensor | None = None  # FLASH_ATTN layout, same data
     fa_value_cache: torch.Tensor | None = None
 
 
@@ -206,11 +224,28 @@ def dispatch_launch(v: Vllm, x: DecodeInputs, out: torch.Tensor) -> Callable[[],
     fn = v.dispatch_mod.chunked_prefill_paged_decode
 
     def launch() -> None:
-        fn(query=x.query, key=x.key, value=x.value, output=out, kv_cache_dtype="auto",
-           key_cache=x.key_cache, value_cache=x.value_cache, block_table=x.block_table,
-           query_start_loc=x.query_start_loc, seq_lens=x.seq_lens, max_seq_len=x.max_seq_len,
-           max_query_len=1, k_scale=x.k_scale, v_scale=x.v_scale, alibi_slopes=None,
-           sliding_window=None, sm_scale=x.scale, output_scale=None, sinks=None)
+        fn(
+            query=x.query,
+            key=x.key,
+            value=x.value,
+            output=out,
+            kv_cache_dtype="auto",
+            key_cache=x.key_cache,
+            value_cache=x.value_cache,
+            block_table=x.block_table,
+            query_start_loc=x.query_start_loc,
+            seq_lens=x.seq_lens,
+            max_seq_len=x.max_seq_len,
+            max_query_len=1,
+            k_scale=x.k_scale,
+            v_scale=x.v_scale,
+            alibi_slopes=None,
+            sliding_window=None,
+            sm_scale=x.scale,
+            output_scale=None,
+            sinks=None,
+        )
+
     return launch
 
 
@@ -218,36 +253,56 @@ def fa3_launch(x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
     """A closure calling FA3 as FlashAttentionImpl.forward does for decode: varlen with one query
     per sequence, seqused_k = seq_lens, block table, causal (bottom-right aligned: sees all keys)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func
+
     if x.fa_key_cache is None:
         raise RuntimeError("no FLASH_ATTN-layout cache was built for this cell")
 
     def launch() -> None:
-        flash_attn_varlen_func(q=x.query, k=x.fa_key_cache, v=x.fa_value_cache, out=out,
-                               cu_seqlens_q=x.query_start_loc, max_seqlen_q=1,
-                               seqused_k=x.seq_lens, max_seqlen_k=x.max_seq_len,
-                               softmax_scale=x.scale, causal=True, block_table=x.block_table,
-                               fa_version=3)
+        flash_attn_varlen_func(
+            q=x.query,
+            k=x.fa_key_cache,
+            v=x.fa_value_cache,
+            out=out,
+            cu_seqlens_q=x.query_start_loc,
+            max_seqlen_q=1,
+            seqused_k=x.seq_lens,
+            max_seqlen_k=x.max_seq_len,
+            softmax_scale=x.scale,
+            causal=True,
+            block_table=x.block_table,
+            fa_version=3,
+        )
+
     return launch
 
 
-def layout_check(v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int,
-                 device: torch.device) -> dict:
+def layout_check(
+    v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
+) -> dict:
     """Do our cache views match vLLM's own (shape, strides, storage offset)?"""
     from kernels_check.paging import alloc_fa, rocm_views
+
     res: dict = {}
     try:
         from vllm.v1.attention.ops.paged_attn import PagedAttention
+
         kv = torch.empty(2, 3, block_size * kv_heads * head_size, dtype=dtype, device=device)
         mine = rocm_views(kv, kv_heads, head_size)
         theirs = PagedAttention.split_kv_cache(kv, kv_heads, head_size)
-        same = all(a.shape == b.shape and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
-                   for a, b in zip(mine, theirs))
-        res["rocm"] = "same as PagedAttention.split_kv_cache" if same else (
-            f"DIFFERENT: ours {[tuple(t.shape) for t in mine]} vLLM {[tuple(t.shape) for t in theirs]}")
+        same = all(
+            a.shape == b.shape and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
+            for a, b in zip(mine, theirs)
+        )
+        res["rocm"] = (
+            "same as PagedAttention.split_kv_cache"
+            if same
+            else (f"DIFFERENT: ours {[tuple(t.shape) for t in mine]} vLLM {[tuple(t.shape) for t in theirs]}")
+        )
     except Exception as exc:
         res["rocm"] = f"not checked: {type(exc).__name__}: {exc}"
     try:
         from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
         shape = FlashAttentionBackend.get_kv_cache_shape(3, block_size, kv_heads, head_size)
         order = FlashAttentionBackend.get_kv_cache_stride_order()
         phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
@@ -255,10 +310,17 @@ def layout_check(v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, blo
         kv_cache = phys.permute(*inv)  # logical view, as vLLM's KV allocator hands it out
         k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)  # FlashAttentionImpl.forward
         mk, mv = alloc_fa(3, block_size, kv_heads, head_size, dtype, device)
-        same = (k_v.shape == mk.shape and k_v.stride() == mk.stride()
-                and v_v.stride() == mv.stride() and v_v.shape == mv.shape)
-        res["fa"] = (f"same as FlashAttentionBackend shape {tuple(shape)} stride order {tuple(order)}"
-                     if same else f"DIFFERENT: vLLM strides {k_v.stride()} ours {mk.stride()}")
+        same = (
+            k_v.shape == mk.shape
+            and k_v.stride() == mk.stride()
+            and v_v.stride() == mv.stride()
+            and v_v.shape == mv.shape
+        )
+        res["fa"] = (
+            f"same as FlashAttentionBackend shape {tuple(shape)} stride order {tuple(order)}"
+            if same
+            else f"DIFFERENT: vLLM strides {k_v.stride()} ours {mk.stride()}"
+        )
     except Exception as exc:
         res["fa"] = f"not checked: {type(exc).__name__}: {exc}"
     return res

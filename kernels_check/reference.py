@@ -3,13 +3,15 @@
 Reading the reference from the cache would let a paging bug cancel out (the same wrong slot read by
 both sides); reading the dense tensors the cache was built from cannot.
 """
+
 from __future__ import annotations
 
 import torch
 
 
-def reference_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int],
-                     scale: float) -> torch.Tensor:
+def reference_decode(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int], scale: float
+) -> torch.Tensor:
     """One query token per sequence over its whole context.
 
     q [seqs, q_heads, head]; k, v [seqs, max_len, kv_heads, head] (only the first seq_lens[s]

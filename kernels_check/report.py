@@ -3,6 +3,7 @@
 Everything here is recomputed from the rows (and the manifest's statements); nothing measured is
 stored only in a summary. `python -m kernels_check --report RUN_DIR` reruns it without a GPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
-from e2e.formats import VERSIONS
-from e2e.store import read_jsonl, write_json_atomic
-from e2e.tables import num
+from e2e.report.tables import num
+from e2e.rundir.formats import VERSIONS
+from e2e.rundir.store import read_jsonl, write_json_atomic
 
 ROWS = "rows.jsonl"
 SCHEMA_VERSION = VERSIONS["kernels"]
@@ -27,8 +28,9 @@ def load_rows(run_dir: Path) -> tuple[dict, list[dict]]:
     rows = read_jsonl(run_dir / ROWS)
     for r in rows[:1]:
         if r.get("schema_version") != SCHEMA_VERSION:
-            raise UserError(f"{run_dir / ROWS}: schema_version {r.get('schema_version')} but this "
-                            f"report reads {SCHEMA_VERSION}")
+            raise UserError(
+                f"{run_dir / ROWS}: schema_version {r.get('schema_version')} but this report reads {SCHEMA_VERSION}"
+            )
     manifest = {}
     if (run_dir / "manifest.json").is_file():
         manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -63,8 +65,13 @@ def cell_table(rows: list[dict], other: str | None) -> list[dict]:
     for key in sorted(by, key=lambda k: (k[0], _shape_key(meta[k]), k[2])):
         paths = by[key]
         r0 = meta[key]
-        e: dict[str, Any] = {"dtype": key[0], "shape": key[1], "ratio": r0["shape"]["ratio"],
-                             "context": key[2], "batch": r0.get("batch")}
+        e: dict[str, Any] = {
+            "dtype": key[0],
+            "shape": key[1],
+            "ratio": r0["shape"]["ratio"],
+            "context": key[2],
+            "batch": r0.get("batch"),
+        }
         for p, r in paths.items():
             e[f"{p}_status"] = r.get("status")
             e[f"{p}_ms"] = (r.get("time_cold") or {}).get("median_ms")
@@ -90,8 +97,17 @@ def fault_table(rows: list[dict]) -> list[dict]:
         if r.get("kind") != "fault" or "mode" not in r:
             continue
         key = (r["dtype"], r["shape"]["name"], r["length"], r.get("value") or "-", r["mode"])
-        e = by.setdefault(key, {"dtype": key[0], "shape": key[1], "length": key[2],
-                                "tail_slots": r.get("tail_slots"), "value": key[3], "mode": key[4]})
+        e = by.setdefault(
+            key,
+            {
+                "dtype": key[0],
+                "shape": key[1],
+                "length": key[2],
+                "tail_slots": r.get("tail_slots"),
+                "value": key[3],
+                "mode": key[4],
+            },
+        )
         e[r["path"]] = outcome(r)
     return [by[k] for k in sorted(by)]
 
@@ -126,9 +142,17 @@ def control_summary(rows: list[dict]) -> dict[str, dict]:
 
 
 def routing_summary(rows: list[dict]) -> list[dict]:
-    return [{"shape": r["shape"]["name"], "gate_forced": r["gate_forced"], "counts": r["counts"],
-             "steered": r["steered"], "raised": r.get("raised")}
-            for r in rows if r.get("kind") == "routing"]
+    return [
+        {
+            "shape": r["shape"]["name"],
+            "gate_forced": r["gate_forced"],
+            "counts": r["counts"],
+            "steered": r["steered"],
+            "raised": r.get("raised"),
+        }
+        for r in rows
+        if r.get("kind") == "routing"
+    ]
 
 
 def statement(manifest: dict, other: str | None) -> str:
@@ -136,65 +160,96 @@ def statement(manifest: dict, other: str | None) -> str:
     if rc.get("available"):
         return "ROCm custom kernel available: compared it with the Triton fallback through the dispatch."
     if other == "fa3":
-        return ("The ROCm custom paged-attention kernel was NOT available on this machine "
-                f"({manifest.get('gpu', {}).get('name', 'this GPU')}): the comparison is vLLM's Triton "
-                "kernel_paged_attention_2d (gate forced off) against vLLM's FlashAttention 3 on the same K/V.")
+        return (
+            "The ROCm custom paged-attention kernel was NOT available on this machine "
+            f"({manifest.get('gpu', {}).get('name', 'this GPU')}): the comparison is vLLM's Triton "
+            "kernel_paged_attention_2d (gate forced off) against vLLM's FlashAttention 3 on the same K/V."
+        )
     return "The ROCm custom paged-attention kernel was NOT available on this machine; no comparator ran."
-
-
 
 
 def markdown(manifest: dict, rows: list[dict]) -> str:
     other = comparator(manifest, rows)
     cells = cell_table(rows, other)
     lines = [f"# kernels_check {manifest.get('run_id', '')}", "", statement(manifest, other), ""]
-    lines += [f"vLLM {manifest.get('versions', {}).get('vllm')} · torch "
-              f"{manifest.get('versions', {}).get('torch')} · triton {manifest.get('versions', {}).get('triton')}"
-              f" · {manifest.get('gpu', {}).get('name')} · git {(manifest.get('git') or {}).get('commit')}", ""]
+    lines += [
+        f"vLLM {manifest.get('versions', {}).get('vllm')} · torch "
+        f"{manifest.get('versions', {}).get('torch')} · triton {manifest.get('versions', {}).get('triton')}"
+        f" · {manifest.get('gpu', {}).get('name')} · git {(manifest.get('git') or {}).get('commit')}",
+        "",
+    ]
     routing = routing_summary(rows)
     if routing:
-        lines += ["", "## Routing (gate forced through the patch mechanism; ops counted)", "",
-                  "| shape | gate | triton_2d | rocm_custom | prefill | steered | raised |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Routing (gate forced through the patch mechanism; ops counted)",
+            "",
+            "| shape | gate | triton_2d | rocm_custom | prefill | steered | raised |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in routing:
             c = r["counts"]
-            lines.append(f"| {r['shape']} | {'on' if r['gate_forced'] else 'off'} | {c.get('triton_2d')} | "
-                         f"{c.get('rocm_custom')} | {c.get('prefill')} | {r['steered']} | {(r['raised'] or '')[:70]} |")
+            lines.append(
+                f"| {r['shape']} | {'on' if r['gate_forced'] else 'off'} | {c.get('triton_2d')} | "
+                f"{c.get('rocm_custom')} | {c.get('prefill')} | {r['steered']} | {(r['raised'] or '')[:70]} |"
+            )
     ft = fault_table(rows)
     if ft:
         fpaths = sorted({k for e in ft for k in e} - {"dtype", "shape", "length", "tail_slots", "value", "mode"})
-        lines += ["", "## Faults in the unwritten tail of the final KV block", "",
-                  "| dtype | shape | length | tail slots | value | mode | " + " | ".join(fpaths) + " |",
-                  "|" + "---|" * (6 + len(fpaths))]
+        lines += [
+            "",
+            "## Faults in the unwritten tail of the final KV block",
+            "",
+            "| dtype | shape | length | tail slots | value | mode | " + " | ".join(fpaths) + " |",
+            "|" + "---|" * (6 + len(fpaths)),
+        ]
         for e in ft:
-            lines.append(f"| {e['dtype']} | {e['shape']} | {e['length']} | {e['tail_slots']} | {e['value']} | "
-                         f"{e['mode']} | " + " | ".join(e.get(p, "-") for p in fpaths) + " |")
+            lines.append(
+                f"| {e['dtype']} | {e['shape']} | {e['length']} | {e['tail_slots']} | {e['value']} | "
+                f"{e['mode']} | " + " | ".join(e.get(p, "-") for p in fpaths) + " |"
+            )
         for p in fpaths:
             tails = [e[p] for e in ft if e["mode"] != "none" and p in e]
             bad = [x for x in tails if x != "clean"]
             lines.append(f"\n{p}: {len(bad)} of {len(tails)} tail-fault rows changed the output")
     cs = control_summary(rows)
     if cs:
-        lines += ["", "Instrument check (faults written into slots the kernel must read): " + "; ".join(
-            f"{p} flagged {c['flagged']}/{c['ran']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
-            for p, c in sorted(cs.items()))]
+        lines += [
+            "",
+            "Instrument check (faults written into slots the kernel must read): "
+            + "; ".join(
+                f"{p} flagged {c['flagged']}/{c['ran']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
+                for p, c in sorted(cs.items())
+            ),
+        ]
     failed = [r for r in rows if r.get("status") == "failed"]
     if failed:
         lines += ["", f"{len(failed)} rows failed; first: {failed[0].get('error')}"]
     o = other or "other"
-    lines += ["", "## Decode kernels, per cell (printed last)", "",
-              f"| dtype | shape | ratio | context | triton ms | {o} ms | triton/{o} | graph ratio | "
-              f"triton err | {o} err | notes |", "|" + "---|" * 11]
+    lines += [
+        "",
+        "## Decode kernels, per cell (printed last)",
+        "",
+        f"| dtype | shape | ratio | context | triton ms | {o} ms | triton/{o} | graph ratio | "
+        f"triton err | {o} err | notes |",
+        "|" + "---|" * 11,
+    ]
     for e in cells:
         notes = [f"{p}: {e[p + '_status']}" for p in ("triton", o) if e.get(f"{p}_status") not in (None, "ok")]
         notes += [f"{p} score {e[p + '_score']}" for p in ("triton", o) if e.get(f"{p}_score") not in (None, "ok")]
-        lines.append(f"| {e['dtype']} | {e['shape']} | {e['ratio']} | {e['context']} | "
-                     f"{num(e.get('triton_ms'), '{:.4f}')} | {num(e.get(o + '_ms'), '{:.4f}')} | "
-                     f"{num(e.get('ratio_triton_over_other'), '{:.2f}')} | {num(e.get('ratio_graph'), '{:.2f}')} | "
-                     f"{num(e.get('triton_err'), '{:.2e}')} | {num(e.get(o + '_err'), '{:.2e}')} | {'; '.join(notes)} |")
+        lines.append(
+            f"| {e['dtype']} | {e['shape']} | {e['ratio']} | {e['context']} | "
+            f"{num(e.get('triton_ms'), '{:.4f}')} | {num(e.get(o + '_ms'), '{:.4f}')} | "
+            f"{num(e.get('ratio_triton_over_other'), '{:.2f}')} | {num(e.get('ratio_graph'), '{:.2f}')} | "
+            f"{num(e.get('triton_err'), '{:.2e}')} | {num(e.get(o + '_err'), '{:.2e}')} | {'; '.join(notes)} |"
+        )
     ratios = [e["ratio_triton_over_other"] for e in cells if e.get("ratio_triton_over_other")]
     if ratios:
-        lines += ["", f"triton/{o} time ratio (L2-cold, median of each cell): {min(ratios):.2f} to "
-                  f"{max(ratios):.2f} over {len(ratios)} cells"]
+        lines += [
+            "",
+            f"triton/{o} time ratio (L2-cold, median of each cell): {min(ratios):.2f} to "
+            f"{max(ratios):.2f} over {len(ratios)} cells",
+        ]
     for p in ("triton", o):
         errs = [e[f"{p}_err"] for e in cells if e.get(f"{p}_err") is not None]
         if errs:
@@ -204,8 +259,8 @@ def markdown(manifest: dict, rows: list[dict]) -> str:
 
 def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
     """fig_time_ratio.png (triton/other per shape and depth) and fig_error_vs_depth.png."""
-    from e2e import tables
-    from e2e.figures import depth_axis
+    from e2e.report import tables
+    from e2e.report.figures import depth_axis
 
     other = comparator(manifest, rows)
     cells = cell_table(rows, other)
@@ -222,8 +277,11 @@ def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
         ax.axhline(1.0, color="grey", lw=0.8, ls="--", label=f"1: as fast as {other}")
         depth_axis(ax, sorted({c for pts in series.values() for c, _ in pts}), "context (tokens)")
         ax.set_ylabel(f"Triton time / {other} time")
-        ax.set_title(f"Decode kernel time ratio, L2-cold medians ({manifest.get('gpu', {}).get('name', '')}); "
-                     "a line per shape (q/kv heads)", fontsize=9)
+        ax.set_title(
+            f"Decode kernel time ratio, L2-cold medians ({manifest.get('gpu', {}).get('name', '')}); "
+            "a line per shape (q/kv heads)",
+            fontsize=9,
+        )
         ax.legend(fontsize=7)
         tables.save_figure(fig, run_dir / "fig_time_ratio.png")
         made.append("fig_time_ratio.png")
@@ -241,6 +299,7 @@ def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
         ax.fill_between(xs, [min(by_ctx[x]) for x in xs], [max(by_ctx[x]) for x in xs], alpha=0.2)
     if not ax.lines:  # no scored cell: no plot
         import matplotlib.pyplot as plt
+
         plt.close(fig)
         return made
     depth_axis(ax, sorted({int(x) for line in ax.lines for x in line.get_xdata()}), "context (tokens)")
@@ -265,9 +324,20 @@ def write_report(run_dir: Path) -> str:
         fig_error = None
     except Exception as exc:  # a plotting problem must not lose the table
         made, fig_error = [], f"{type(exc).__name__}: {exc}"
-    write_json_atomic(run_dir / "summary.json", {
-        "schema_version": SCHEMA_VERSION, "statement": statement(manifest, other), "comparator": other,
-        "cells": cell_table(rows, other), "faults": fault_table(rows),
-        "controls": control_summary(rows), "routing": routing_summary(rows), "figures": made, "figures_error": fig_error,
-        "n_rows": len(rows), "n_failed": sum(r.get("status") == "failed" for r in rows)})
+    write_json_atomic(
+        run_dir / "summary.json",
+        {
+            "schema_version": SCHEMA_VERSION,
+            "statement": statement(manifest, other),
+            "comparator": other,
+            "cells": cell_table(rows, other),
+            "faults": fault_table(rows),
+            "controls": control_summary(rows),
+            "routing": routing_summary(rows),
+            "figures": made,
+            "figures_error": fig_error,
+            "n_rows": len(rows),
+            "n_failed": sum(r.get("status") == "failed" for r in rows),
+        },
+    )
     return md

@@ -1,4 +1,5 @@
 """The GPU run, end to end: environment checks, manifest, routing probes, sweep, faults, report."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,13 +10,21 @@ from pathlib import Path
 
 import torch
 
-from e2e import manifest as mf
-from e2e.store import RunStore, read_jsonl
+from e2e.rundir import manifest as mf
+from e2e.rundir.store import RunStore, read_jsonl
 from kernels_check import paths, report
 from kernels_check.cells import sweep_cells
 from kernels_check.reference import full_fp32_matmul
-from kernels_check.sweep import ROWS, TORCH_DTYPE, Ctx, Settings, routing_probes, run_cell, \
-    run_fault_group, settings_dict
+from kernels_check.sweep import (
+    ROWS,
+    TORCH_DTYPE,
+    Ctx,
+    Settings,
+    routing_probes,
+    run_cell,
+    run_fault_group,
+    settings_dict,
+)
 
 
 def _versions() -> dict:
@@ -26,6 +35,7 @@ def _versions() -> dict:
         except md.PackageNotFoundError:
             pass
     import vllm
+
     out["vllm_imported"] = vllm.__version__  # PYTHONPATH installs may lack dist metadata
     out["vllm_path"] = str(Path(vllm.__file__).parent)
     out["cuda"] = torch.version.cuda
@@ -36,9 +46,14 @@ def _versions() -> dict:
 
 def _gpu(device: torch.device) -> dict:
     p = torch.cuda.get_device_properties(device)
-    return {"name": torch.cuda.get_device_name(device), "capability": list(torch.cuda.get_device_capability(device)),
-            "arch": getattr(p, "gcnArchName", None), "memory_gib": round(p.total_memory / 2**30, 1),
-            "count": torch.cuda.device_count(), **mf.gpu_driver()}
+    return {
+        "name": torch.cuda.get_device_name(device),
+        "capability": list(torch.cuda.get_device_capability(device)),
+        "arch": getattr(p, "gcnArchName", None),
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "count": torch.cuda.device_count(),
+        **mf.gpu_driver(),
+    }
 
 
 def run(a: argparse.Namespace, plan: dict) -> int:
@@ -48,35 +63,65 @@ def run(a: argparse.Namespace, plan: dict) -> int:
     full_fp32_matmul()
     shapes, dtypes = plan["shapes"], plan["dtypes"]
     # The gate's own answers, before any patch touches it.
-    native = {f"{d}:{s.name}": paths.native_gate(v, TORCH_DTYPE[d], s.head_size, s.block_size, s.ratio,
-                                                 max(plan["contexts"]))
-              for d in dtypes for s in shapes}
+    native = {
+        f"{d}:{s.name}": paths.native_gate(v, TORCH_DTYPE[d], s.head_size, s.block_size, s.ratio, max(plan["contexts"]))
+        for d in dtypes
+        for s in shapes
+    }
     rocm_ok, rocm_why = paths.rocm_custom_available()
     fa3_ok, fa3_why = paths.fa3_available() if torch.version.hip is None else (False, "ROCm build")
     run_paths = ["triton"] + (["rocm_custom"] if rocm_ok else []) + (["fa3"] if fa3_ok else [])
     comparator = "rocm_custom" if rocm_ok else ("fa3" if fa3_ok else None)
     run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S")
     root = Path(a.out) / run_id
-    settings = Settings(batch=a.batch, reps=plan["reps"], graph_inner=a.graph_inner, graph_reps=a.graph_reps,
-                        flush_mib=a.flush_mib, timing=not a.no_timing, fault_batch=a.fault_batch)
+    settings = Settings(
+        batch=a.batch,
+        reps=plan["reps"],
+        graph_inner=a.graph_inner,
+        graph_reps=a.graph_reps,
+        flush_mib=a.flush_mib,
+        timing=not a.no_timing,
+        fault_batch=a.fault_batch,
+    )
     store = RunStore.create(root)
     with store:
         gpu = _gpu(device)
-        layout = paths.layout_check(v, TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size,
-                                    shapes[0].block_size, device)
+        layout = paths.layout_check(
+            v, TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size, shapes[0].block_size, device
+        )
         manifest = {
-            "schema_version": report.SCHEMA_VERSION, "tool": "kernels_check", "run_id": run_id,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ended": None, "status": "running",
-            "argv": sys.argv, "quick": a.quick, "seed": a.seed, "settings": settings_dict(settings),
-            "plan": {"shapes": [s.to_dict() for s in shapes], "contexts": plan["contexts"], "dtypes": dtypes,
-                     "fault_dtypes": plan["fault_dtypes"], "fault_shapes": [s.to_dict() for s in plan["fault_shapes"]],
-                     "fault_lengths": plan["fault_lengths"], "faults": not a.no_faults},
-            "versions": _versions(), "gpu": gpu, "host": mf.host(), "git": mf.git_commit(mf.project_root()),
-            "environment": mf.relevant_env(), "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode"
-            f"{v.dispatch_signature}", "native_gate": native,
+            "schema_version": report.SCHEMA_VERSION,
+            "tool": "kernels_check",
+            "run_id": run_id,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "ended": None,
+            "status": "running",
+            "argv": sys.argv,
+            "quick": a.quick,
+            "seed": a.seed,
+            "settings": settings_dict(settings),
+            "plan": {
+                "shapes": [s.to_dict() for s in shapes],
+                "contexts": plan["contexts"],
+                "dtypes": dtypes,
+                "fault_dtypes": plan["fault_dtypes"],
+                "fault_shapes": [s.to_dict() for s in plan["fault_shapes"]],
+                "fault_lengths": plan["fault_lengths"],
+                "faults": not a.no_faults,
+            },
+            "versions": _versions(),
+            "gpu": gpu,
+            "host": mf.host(),
+            "git": mf.git_commit(mf.project_root()),
+            "environment": mf.relevant_env(),
+            "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode{v.dispatch_signature}",
+            "native_gate": native,
             "rocm_custom": {"available": rocm_ok, "reason": rocm_why},
-            "fa3": {"available": fa3_ok, "reason": fa3_why}, "paths": run_paths, "comparator": comparator,
-            "layout_check": layout, "tf32": "disabled for the fp32 reference",
+            "fa3": {"available": fa3_ok, "reason": fa3_why},
+            "paths": run_paths,
+            "comparator": comparator,
+            "layout_check": layout,
+            "tf32": "disabled for the fp32 reference",
             "scale": "head_size ** -0.5 for every shape",
         }
         manifest["statement"] = report.statement(manifest, comparator)
@@ -114,10 +159,13 @@ def run(a: argparse.Namespace, plan: dict) -> int:
             counter.uninstall()
             rows = read_jsonl(root / ROWS)
             bad = [r for r in rows if r.get("status") in ("failed", "misrouted")]
-            store.update_manifest(ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                  wall_s=round(time.monotonic() - t0, 1),
-                                  status=status + ("-with-failures" if bad else ""),
-                                  n_rows=len(rows), n_bad_rows=len(bad))
+            store.update_manifest(
+                ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                wall_s=round(time.monotonic() - t0, 1),
+                status=status + ("-with-failures" if bad else ""),
+                n_rows=len(rows),
+                n_bad_rows=len(bad),
+            )
         md_text = report.write_report(root)
         print(md_text, end="")
         print(f"\nrows, manifest, summary.md/json and figures: {root}")

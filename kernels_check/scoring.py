@@ -7,6 +7,7 @@ Before each launch the output is filled with a NaN whose payload no kernel produ
 are 0x7FC0 in bf16 and 0x7E00 in fp16); any element still holding that bit pattern afterwards was
 never written. A kernel-produced NaN is counted as non-finite, not as unwritten.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 # Quiet NaNs with a payload: 0x7FD5 (bf16), 0x7E55 (fp16), 0x7FC00055 (fp32).
-SENTINEL_BITS = {torch.bfloat16: (torch.int16, 0x7FD5), torch.float16: (torch.int16, 0x7E55),
-                 torch.float32: (torch.int32, 0x7FC00055)}
+SENTINEL_BITS = {
+    torch.bfloat16: (torch.int16, 0x7FD5),
+    torch.float16: (torch.int16, 0x7E55),
+    torch.float32: (torch.int32, 0x7FC00055),
+}
 
 # Flag (not a pass criterion): well above what rounding to the output dtype and a P cast to the
 # value dtype give (each ~eps/2 relative to the output scale), far below what a real fault gives.
@@ -40,8 +44,8 @@ def unwritten_mask(out: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Score:
-    status: str              # ok | unwritten | nonfinite | over_tolerance
-    rel_linf: float | None   # over the written, finite elements; None if there are none
+    status: str  # ok | unwritten | nonfinite | over_tolerance
+    rel_linf: float | None  # over the written, finite elements; None if there are none
     max_abs_err: float | None
     ref_scale: float
     n_total: int

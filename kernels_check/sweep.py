@@ -3,6 +3,7 @@
 Every row is appended (and fsynced) to rows.jsonl as soon as it exists; report.py recomputes the
 summary and figures from those rows alone.
 """
+
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from e2e.tables import num
+from e2e.report.tables import num
 from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
@@ -41,8 +42,8 @@ class Ctx:
     counter: paths.OpCounter
     settings: Settings
     device: torch.device
-    store: Any                       # e2e.store.RunStore
-    paths: list[str]                 # the paths run in every cell, e.g. ["triton", "fa3"]
+    store: Any  # e2e.rundir.store.RunStore
+    paths: list[str]  # the paths run in every cell, e.g. ["triton", "fa3"]
     flush: torch.Tensor | None = None
     log: Any = field(default=sys.stderr)
 
@@ -55,8 +56,10 @@ class Ctx:
 
 def _err(exc: BaseException) -> dict:
     tb = traceback.format_exc().strip().splitlines()
-    return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500],
-            "traceback_tail": tb[-8:]}
+    return {
+        "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500],
+        "traceback_tail": tb[-8:],
+    }
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -72,9 +75,19 @@ def make_dense(shape: Shape, dtype: str, seq_lens: list[int], seed: int, device:
     return q, k, v
 
 
-def build_inputs(shape: Shape, q, k, v, seq_lens: list[int], block_table_cpu: torch.Tensor,
-                 num_blocks: int, fill_k: float, fill_v: float, with_fa: bool,
-                 device: torch.device) -> paths.DecodeInputs:
+def build_inputs(
+    shape: Shape,
+    q,
+    k,
+    v,
+    seq_lens: list[int],
+    block_table_cpu: torch.Tensor,
+    num_blocks: int,
+    fill_k: float,
+    fill_v: float,
+    with_fa: bool,
+    device: torch.device,
+) -> paths.DecodeInputs:
     b = shape.block_size
     kc, vc = page_rocm(k, v, seq_lens, block_table_cpu, num_blocks, b, fill_k, fill_v)
     fk = fv = None
@@ -84,19 +97,27 @@ def build_inputs(shape: Shape, q, k, v, seq_lens: list[int], block_table_cpu: to
     last = torch.tensor([n - 1 for n in seq_lens], device=device)
     i32 = dict(dtype=torch.int32, device=device)
     return paths.DecodeInputs(
-        query=q, key=k[idx, last].contiguous(), value=v[idx, last].contiguous(),
-        key_cache=kc, value_cache=vc, block_table=block_table_cpu.to(device),
+        query=q,
+        key=k[idx, last].contiguous(),
+        value=v[idx, last].contiguous(),
+        key_cache=kc,
+        value_cache=vc,
+        block_table=block_table_cpu.to(device),
         seq_lens=torch.tensor(seq_lens, **i32),
-        query_start_loc=torch.arange(len(seq_lens) + 1, **i32), max_seq_len=max(seq_lens),
-        scale=shape.head_size ** -0.5,
+        query_start_loc=torch.arange(len(seq_lens) + 1, **i32),
+        max_seq_len=max(seq_lens),
+        scale=shape.head_size**-0.5,
         k_scale=torch.ones((), dtype=torch.float32, device=device),
         v_scale=torch.ones((), dtype=torch.float32, device=device),
-        fa_key_cache=fk, fa_value_cache=fv)
+        fa_key_cache=fk,
+        fa_value_cache=fv,
+    )
 
 
 # -- one path on one set of inputs ---------------------------------------------------------------
-def run_path(ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shape: Shape,
-             dtype: str, time_it: bool) -> dict:
+def run_path(
+    ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shape: Shape, dtype: str, time_it: bool
+) -> dict:
     """Launch once (output poisoned first), score, check routing; then time if asked."""
     row: dict[str, Any] = {"path": path}
     out = torch.empty_like(x.query)
@@ -121,7 +142,8 @@ def run_path(ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shap
         row["time_cold"] = timing.summarize(timing.time_cold(launch, ctx.settings.reps, ctx.flush))
         try:
             row["time_graph"] = timing.summarize(
-                timing.time_graph(launch, ctx.settings.graph_inner, ctx.settings.graph_reps))
+                timing.time_graph(launch, ctx.settings.graph_inner, ctx.settings.graph_reps)
+            )
         except Exception as exc:  # capture can fail for reasons unrelated to the kernel
             row["time_graph"] = {"n": 0, "error": f"{type(exc).__name__}: {exc}"[:300]}
             torch.cuda.synchronize()
@@ -129,8 +151,9 @@ def run_path(ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shap
 
 
 # -- routing probes ------------------------------------------------------------------------------
-def routing_probes(ctx: Ctx, shapes: list[Shape], dtype: str, seed: int,
-                   states: tuple[bool, ...] = (False, True)) -> None:
+def routing_probes(
+    ctx: Ctx, shapes: list[Shape], dtype: str, seed: int, states: tuple[bool, ...] = (False, True)
+) -> None:
     """Per shape: the gate forced on, then off, through the dispatch; what was counted. On a
     machine without the ROCm op the forced-on call reaches paged_attention_rocm and raises there:
     the count still proves the patch steers the dispatch. run.py probes "off" first and "on" last:
@@ -139,13 +162,13 @@ def routing_probes(ctx: Ctx, shapes: list[Shape], dtype: str, seed: int,
     for i, shape in enumerate(shapes):
         seq_lens = [shape.block_size * 8] * 2
         q, k, v = make_dense(shape, dtype, seq_lens, seed + 10_000 + i, ctx.device)
-        bt, nb = make_block_table(seq_lens, shape.block_size, ctx.settings.spare_blocks,
-                                  torch.Generator().manual_seed(seed + i))
+        bt, nb = make_block_table(
+            seq_lens, shape.block_size, ctx.settings.spare_blocks, torch.Generator().manual_seed(seed + i)
+        )
         x = build_inputs(shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, False, ctx.device)
         probe = (TORCH_DTYPE[dtype], shape.head_size, shape.block_size, shape.ratio, x.max_seq_len)
         for on in states:
-            row: dict[str, Any] = {"kind": "routing", "dtype": dtype, "shape": shape.to_dict(),
-                                   "gate_forced": on}
+            row: dict[str, Any] = {"kind": "routing", "dtype": dtype, "shape": shape.to_dict(), "gate_forced": on}
             out = torch.empty_like(q)
             scoring.poison_output(out)
             with ctx.counter.delta() as counts:
@@ -159,25 +182,34 @@ def routing_probes(ctx: Ctx, shapes: list[Shape], dtype: str, seed: int,
             row["counts"] = counts
             row["steered"] = counts == paths.EXPECTED_COUNTS["rocm_custom" if on else "triton"]
             ctx.emit(row)
-            ctx.say(f"routing {shape.name} gate {'on ' if on else 'off'}: {counts}"
-                    + (f" (raised {row['raised'][:80]})" if row["raised"] else ""))
+            ctx.say(
+                f"routing {shape.name} gate {'on ' if on else 'off'}: {counts}"
+                + (f" (raised {row['raised'][:80]})" if row["raised"] else "")
+            )
 
 
 # -- the timed sweep -----------------------------------------------------------------------------
 def run_cell(ctx: Ctx, cell: Cell) -> None:
     s = ctx.settings
-    base = {"kind": "cell", "cell_id": cell.cell_id, "index": cell.index, "dtype": cell.dtype,
-            "shape": cell.shape.to_dict(), "context": cell.context, "batch": s.batch,
-            "seed": cell.seed}
+    base = {
+        "kind": "cell",
+        "cell_id": cell.cell_id,
+        "index": cell.index,
+        "dtype": cell.dtype,
+        "shape": cell.shape.to_dict(),
+        "context": cell.context,
+        "batch": s.batch,
+        "seed": cell.seed,
+    }
     t0 = time.monotonic()
     try:
         seq_lens = [cell.context] * s.batch
         q, k, v = make_dense(cell.shape, cell.dtype, seq_lens, cell.seed, ctx.device)
-        ref = reference_decode(q, k, v, seq_lens, cell.shape.head_size ** -0.5)
-        bt, nb = make_block_table(seq_lens, cell.shape.block_size, s.spare_blocks,
-                                  torch.Generator().manual_seed(cell.seed))
-        x = build_inputs(cell.shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, "fa3" in ctx.paths,
-                         ctx.device)
+        ref = reference_decode(q, k, v, seq_lens, cell.shape.head_size**-0.5)
+        bt, nb = make_block_table(
+            seq_lens, cell.shape.block_size, s.spare_blocks, torch.Generator().manual_seed(cell.seed)
+        )
+        x = build_inputs(cell.shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, "fa3" in ctx.paths, ctx.device)
         # The cache must hold exactly what the reference saw (a paging bug shows up here, not
         # as kernel error).
         ku, vu = unpage_rocm(x.key_cache, x.value_cache, seq_lens, bt)
@@ -204,15 +236,17 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
         ctx.emit(row)
         sc = row.get("score", {})
         ms = row.get("time_cold", {}).get("median_ms")
-        parts.append(f"{p} {row['status']} err {num(sc.get('rel_linf'), '{:.2e}')} {sc.get('status', '')}"
-                     + (f" {ms:.4f} ms" if ms is not None else ""))
-    ctx.say(f"cell {cell.index:3d} {cell.cell_id}: " + "; ".join(parts)
-            + f" ({time.monotonic() - t0:.1f} s)")
+        parts.append(
+            f"{p} {row['status']} err {num(sc.get('rel_linf'), '{:.2e}')} {sc.get('status', '')}"
+            + (f" {ms:.4f} ms" if ms is not None else "")
+        )
+    ctx.say(f"cell {cell.index:3d} {cell.cell_id}: " + "; ".join(parts) + f" ({time.monotonic() - t0:.1f} s)")
     del x, ref
     torch.cuda.empty_cache()
 
 
 # -- the fault sweep -----------------------------------------------------------------------------
+
 
 def _fault_row(ctx: Any, p: str, x: Any, ref: Any, shape: Any, dtype: Any, row: dict) -> str:
     """Run one path over a faulted cache, score it, emit the row; one letter for the log line:
@@ -225,23 +259,32 @@ def _fault_row(ctx: Any, p: str, x: Any, ref: Any, shape: Any, dtype: Any, row: 
     ctx.emit(row)
     return "F" if row.get("faulted") else ("." if row["status"] == "ok" else "x")
 
+
 def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) -> None:
     """One (dtype, shape, length): fresh inputs; every (value, mode) tail fault on every path; then
     the written-slot controls that show the instrument can see a fault."""
     s = ctx.settings
     gid = f"{dtype}-q{shape.q_heads}kv{shape.kv_heads}-L{length}"
-    base = {"dtype": dtype, "shape": shape.to_dict(), "length": length, "group_id": gid,
-            "batch": s.fault_batch, "seed": seed}
+    base = {
+        "dtype": dtype,
+        "shape": shape.to_dict(),
+        "length": length,
+        "group_id": gid,
+        "batch": s.fault_batch,
+        "seed": seed,
+    }
     fault_paths = [p for p in ctx.paths]
     try:
         seq_lens = [length] * s.fault_batch
         q, k, v = make_dense(shape, dtype, seq_lens, seed, ctx.device)
-        ref = reference_decode(q, k, v, seq_lens, shape.head_size ** -0.5)
-        bt, nb = make_block_table(seq_lens, shape.block_size, s.spare_blocks,
-                                  torch.Generator().manual_seed(seed))
+        ref = reference_decode(q, k, v, seq_lens, shape.head_size**-0.5)
+        bt, nb = make_block_table(seq_lens, shape.block_size, s.spare_blocks, torch.Generator().manual_seed(seed))
         book = faults.tail_bookkeeping(seq_lens, bt, nb, shape.block_size)
-        base.update(tail_slots=book.tail_slots_per_seq[0], poisoned_in_table=book.poisoned_in_table,
-                    poisoned_outside_table=book.poisoned_outside_table)
+        base.update(
+            tail_slots=book.tail_slots_per_seq[0],
+            poisoned_in_table=book.poisoned_in_table,
+            poisoned_outside_table=book.poisoned_outside_table,
+        )
     except Exception as exc:
         ctx.emit({**base, "kind": "fault", "status": "failed", "stage": "setup", **_err(exc)})
         return
@@ -254,8 +297,17 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
             try:
                 x = build_inputs(shape, q, k, v, seq_lens, bt, nb, fk, fv, "fa3" in fault_paths, ctx.device)
             except Exception as exc:
-                ctx.emit({**base, "kind": "fault", "mode": mode, "value": value, "status": "failed",
-                          "stage": "setup", **_err(exc)})
+                ctx.emit(
+                    {
+                        **base,
+                        "kind": "fault",
+                        "mode": mode,
+                        "value": value,
+                        "status": "failed",
+                        "stage": "setup",
+                        **_err(exc),
+                    }
+                )
                 continue
             for p in fault_paths:
                 row = {**base, "kind": "fault", "mode": mode, "value": value if mode != "none" else None}
@@ -270,12 +322,26 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
             if x.fa_key_cache is not None:
                 faults.inject_written("fa", x.fa_key_cache, x.fa_value_cache, bt, 0, token, 0, which, vec)
         except Exception as exc:
-            ctx.emit({**base, "kind": "fault_control", "which": which, "value": value,
-                      "status": "failed", "stage": "setup", **_err(exc)})
+            ctx.emit(
+                {
+                    **base,
+                    "kind": "fault_control",
+                    "which": which,
+                    "value": value,
+                    "status": "failed",
+                    "stage": "setup",
+                    **_err(exc),
+                }
+            )
             continue
         for p in fault_paths:
-            row = {**base, "kind": "fault_control", "which": which, "value": value,
-                   "slot": {"seq": 0, "token": length - 1, "kv_head": 0}}
+            row = {
+                **base,
+                "kind": "fault_control",
+                "which": which,
+                "value": value,
+                "slot": {"seq": 0, "token": length - 1, "kv_head": 0},
+            }
             seen.append(f"{p}:ctl-{which}/{value}={_fault_row(ctx, p, x, ref, shape, dtype, row)}")
     ctx.say(f"faults {gid}: " + " ".join(seen))
     torch.cuda.empty_cache()
@@ -283,5 +349,3 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
 
 def settings_dict(s: Settings) -> dict:
     return {k: getattr(s, k) for k in s.__dataclass_fields__}
-
-

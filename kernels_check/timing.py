@@ -9,10 +9,11 @@ Two figures per path:
   time / inner. No host overhead at all, L2 warm across launches: a lower bound that matters only
   at short contexts. None when capture fails (the reason is recorded).
 """
+
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -25,11 +26,11 @@ def summarize(ms: list[float]) -> dict:
 
     def q(f: float) -> float:
         return xs[min(len(xs) - 1, int(round(f * (len(xs) - 1))))]
+
     return {"median_ms": statistics.median(xs), "p10_ms": q(0.1), "p90_ms": q(0.9), "n": len(xs)}
 
 
-def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor,
-              warmup: int = 3) -> list[float]:
+def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor, warmup: int = 3) -> list[float]:
     for _ in range(warmup):
         launch()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

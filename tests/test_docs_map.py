@@ -1,6 +1,7 @@
 """The maps stay complete: README's "Where things live" names every module and nothing that is
 gone; results/README.md names every committed results folder; the extras the code asks for are
 pyproject.toml's; README gives the quick unit-test command beside the full one."""
+
 from __future__ import annotations
 
 import re
@@ -15,22 +16,28 @@ README = (ROOT / "README.md").read_text()
 def _section(text: str, title: str) -> str:
     start = text.index(f"## {title}")
     end = text.find("\n## ", start + 3)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def _modules() -> list[str]:
     out = ["run_e2e.py"]
     for pkg in ("e2e", "kernels_check"):
-        out += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / pkg).rglob("*.py")
-                      if p.name != "__init__.py" and "__pycache__" not in p.parts)
+        out += sorted(
+            p.relative_to(ROOT).as_posix()
+            for p in (ROOT / pkg).rglob("*.py")
+            if p.name != "__init__.py" and "__pycache__" not in p.parts
+        )
     return out
 
 
 def _named(path: str, rows: list[str]) -> bool:
     """Named in full (`e2e/x.py`), or by file name in a row that names its folder (`e2e/plugin/`)."""
     folder, name = path.rsplit("/", 1) if "/" in path else ("", path)
-    return any(f"`{path}`" in r or (folder and f"`{folder}/`" in r and re.search(rf"`{re.escape(name)}`|\b{re.escape(name)}\b", r))
-               for r in rows)
+    return any(
+        f"`{path}`" in r
+        or (folder and f"`{folder}/`" in r and re.search(rf"`{re.escape(name)}`|\b{re.escape(name)}\b", r))
+        for r in rows
+    )
 
 
 def test_the_readme_map_names_every_module():
@@ -40,11 +47,17 @@ def test_the_readme_map_names_every_module():
 
 
 def test_the_readme_names_no_module_that_is_gone():
-    gone = [m for m in re.findall(r"\b(e2e(?:\.[a-z_]+)+)\b", README)
-            if not any((ROOT / (m.replace(".", "/") + s)).exists() for s in (".py", "/__init__.py"))
-            and not (ROOT / m.rsplit(".", 1)[0].replace(".", "/")).with_suffix(".py").exists()]
-    paths = [p for p in re.findall(r"`((?:e2e|kernels_check|tests|scripts|configs)/[\w./-]+)`", README)
-             if "*" not in p and "<" not in p and not (ROOT / p).exists()]
+    gone = [
+        m
+        for m in re.findall(r"\b(e2e(?:\.[a-z_]+)+)\b", README)
+        if not any((ROOT / (m.replace(".", "/") + s)).exists() for s in (".py", "/__init__.py"))
+        and not (ROOT / m.rsplit(".", 1)[0].replace(".", "/")).with_suffix(".py").exists()
+    ]
+    paths = [
+        p
+        for p in re.findall(r"`((?:e2e|kernels_check|tests|scripts|configs)/[\w./-]+)`", README)
+        if "*" not in p and "<" not in p and not (ROOT / p).exists()
+    ]
     assert gone == [] and paths == []
 
 
@@ -65,6 +78,6 @@ def test_the_extras_the_code_names_are_pyprojects():
 
 
 def test_the_readme_gives_the_quick_unit_tests_beside_the_full_ones():
-    head = README[:README.index("## What a run does")]
+    head = README[: README.index("## What a run does")]
     assert "bash scripts/test.sh" in head
     assert '-m "not soak and not slow and not gpu and not server"' in head

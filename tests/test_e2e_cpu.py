@@ -2,6 +2,7 @@
 
 Both orders, two arms, the results schema, and a run interrupted mid-way then resumed.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,14 +14,25 @@ import time
 import pytest
 
 from e2e.cli import main
+from e2e.rundir.store import read_jsonl
 from tests.support import CELL_FIELDS, REQUEST_FIELDS
 from tests.support.procs import tagged_processes
-from e2e.store import read_jsonl
 
 pytestmark = pytest.mark.server
 
-SMALL = ["--config", "configs/cpu-demo.toml", "--depths", "128", "--reps", "2", "--no-progress",
-         "--no-gsm8k", "--server-mode", "fresh"]
+SMALL = [
+    "--config",
+    "configs/cpu-demo.toml",
+    "--depths",
+    "128",
+    "--reps",
+    "2",
+    "--no-progress",
+    "--no-gsm8k",
+    "--server-mode",
+    "fresh",
+]
+
 
 def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
     rc = main([*SMALL, "--order", "both", "--passes", "2", "--out", str(tmp_path), "--run-id", "both"])
@@ -64,8 +76,21 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
 
 def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     run = tmp_path / "int"
-    cmd = [sys.executable, "run_e2e.py", *SMALL, "--order", "stock-first", "--passes", "1", "--out", str(tmp_path),
-           "--run-id", "int", "--depths", "128,256"]
+    cmd = [
+        sys.executable,
+        "run_e2e.py",
+        *SMALL,
+        "--order",
+        "stock-first",
+        "--passes",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "int",
+        "--depths",
+        "128,256",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:  # interrupt once the first cell is on disk
@@ -88,7 +113,8 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     cells = read_jsonl(run / "cells.jsonl")
     assert cells[0] == first[0]  # the finished cell was not repeated or rewritten
     assert sorted(c["cell_id"] for c in cells) == sorted(
-        ["p1-d128-stock", "p1-d128-widened", "p1-d256-stock", "p1-d256-widened"])
+        ["p1-d128-stock", "p1-d128-widened", "p1-d256-stock", "p1-d256-widened"]
+    )
     assert all(c["status"] == "ok" for c in cells)
     assert json.loads((run / "manifest.json").read_text())["resumes"]
     assert not tagged_processes(run)

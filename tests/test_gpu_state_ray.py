@@ -4,6 +4,7 @@ process before a server starts is skipped, reported, and its cells go to another
 Two Ray nodes on this host, each given the FAKE NVML (tests/support/fake_nvml.py, through E2E_FAKE_NVML in
 the node's environment: no GPU fault can be produced on this CPU machine); one node's GPU shows a
 foreign process throughout. The server is the executors' stand-in (tests/support/executor_standin.py)."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.store import read_jsonl
+from e2e.rundir.store import read_jsonl
 from tests.support.executor_standin import cluster, harness, manifest, standin, standin_cfg  # noqa: F401
 
 pytest.importorskip("ray")
@@ -32,8 +33,21 @@ def test_a_slot_whose_gpu_is_held_is_skipped_and_its_cells_run_on_another(tmp_pa
     c, nodes = cluster(envs=tuple(scripts))
     try:
         cfg = standin_cfg(tmp_path / "c.toml", standin, run={"passes": 1})
-        p = harness("--config", str(cfg), "--out", str(tmp_path), "--run-id", "g", "--no-progress",
-                    "--executor", "ray", "--ray-address", c.address, "--max-per-host", "2")
+        p = harness(
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "g",
+            "--no-progress",
+            "--executor",
+            "ray",
+            "--ray-address",
+            c.address,
+            "--max-per-host",
+            "2",
+        )
         out = p.communicate(timeout=300)[0]
         assert p.returncode == 0, out
         slots = manifest(run_dir)["executors"][-1]["slots"]

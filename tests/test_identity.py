@@ -1,6 +1,7 @@
-"""Code identity (e2e/identity.py): a run's manifest identifies the code that ran by content, so a
+"""Code identity (e2e/rundir/identity.py): a run's manifest identifies the code that ran by content, so a
 copy of the checkout with no `.git`, or a stale one, is still identified; report and compare say
 loudly when a run's code cannot be identified."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from e2e import identity
+from e2e.rundir import identity
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 
@@ -23,8 +24,13 @@ def _copy_package(to: Path) -> Path:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
@@ -32,20 +38,26 @@ def _git(cwd: Path, *args: str) -> str:
 # interpreter, are replaced: they say nothing about the code).
 MANIFEST_OF_A_NEW_RUN = """
 import json
-from e2e import launch
-from e2e.config import parse_config
-launch.mf.installation = lambda python: {}
-launch.mf.gpu_driver = lambda: {}
+from e2e.run import run_manifest
+from e2e.design.config import parse_config
+run_manifest.mf.installation = lambda python: {}
+run_manifest.mf.gpu_driver = lambda: {}
 cfg = parse_config({"model": {"path": "m"}, "workload": {"depths": [16]}, "arms": [{"name": "a"}],
                     "stats": {"measure_bandwidth": False}})
-m = launch.build_manifest(cfg, "r", [])
+m = run_manifest.build_manifest(cfg, "r", [])
 print(json.dumps({**m["code"], "manifest_config_sha256": m["config_sha256"]}))
 """
 
 
 def _manifest_code(checkout: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", MANIFEST_OF_A_NEW_RUN], cwd=checkout, capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(checkout)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", MANIFEST_OF_A_NEW_RUN],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -85,7 +97,7 @@ def test_a_stale_git_is_noticed_and_the_content_still_identifies(tmp_path):
     assert code["package_sha256"] == identity.package_hash(copy) != identity.package_hash(ROOT)
     d = identity.describe({"code": code})
     assert d["identified"] and "does not hold it" in d["line"]
-    _git(copy, "update-index", "--assume-unchanged", "e2e/summary.py")
+    _git(copy, "update-index", "--assume-unchanged", "e2e/report/summary.py")
     code = _manifest_code(copy)
     assert code["dirty"] is False and code["commit_holds_package"] is False
 
@@ -95,13 +107,22 @@ def test_legacy_manifests_and_the_loud_report(tmp_path, capsys):
     assert not identity.describe({"git": {"commit": "14f630b43e0d2ef1", "dirty": True}})["identified"]
     clean = identity.describe({"git": {"commit": "b1ddaf55406b24c1", "dirty": False}})
     assert clean["identified"] and "no content hash" in clean["line"]
-    resumed = identity.describe({"code": {"package_sha256": "a" * 64, "package_files": 90, "commit": "c" * 40,
-                                          "dirty": False, "commit_holds_package": True},
-                                 "resumes": [{"git": {"commit": None, "dirty": None}}]})
+    resumed = identity.describe(
+        {
+            "code": {
+                "package_sha256": "a" * 64,
+                "package_files": 90,
+                "commit": "c" * 40,
+                "dirty": False,
+                "commit_holds_package": True,
+            },
+            "resumes": [{"git": {"commit": None, "dirty": None}}],
+        }
+    )
     assert not resumed["identified"] and resumed["line"].startswith("run: commit")
 
-    from e2e import report
     from e2e.cli import main
+    from e2e.report import write as report
 
     a = make_run(tmp_path / "a", {"stock": 2.0})
     b = make_run(tmp_path / "b", {"stock": 2.0}, seed=3)
@@ -109,7 +130,10 @@ def test_legacy_manifests_and_the_loud_report(tmp_path, capsys):
     m["git"] = {"commit": "14f630b43e0d2ef1ce76", "dirty": True}
     (b / "manifest.json").write_text(json.dumps(m))
     report.write_report(b)
-    assert "> **WARNING: CODE NOT IDENTIFIED.** commit `14f630b43e0d` with uncommitted changes" in (b / "report.md").read_text()
+    assert (
+        "> **WARNING: CODE NOT IDENTIFIED.** commit `14f630b43e0d` with uncommitted changes"
+        in (b / "report.md").read_text()
+    )
     report.write_report(a)
     assert "CODE NOT IDENTIFIED" not in (a / "report.md").read_text()
     main(["compare", str(a), str(b)])

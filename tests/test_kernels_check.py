@@ -5,6 +5,7 @@ cache reader written in torch stands in for a kernel where a test needs a kernel
 reads through vLLM's ROCm cache layout tile by tile, once with the K/V load mask (as vLLM 0.26.0's
 kernel_paged_attention_2d does) and once without it (the defect vllm#53856 describes).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,6 @@ from kernels_check import cells, faults, paging, paths, report, scoring
 from kernels_check.cli import main
 from kernels_check.reference import reference_decode
 from tests.support import ROOT
-
 
 
 def dense(seqs, max_len, q_heads, kv_heads, d, dtype=torch.bfloat16, seed=0):
@@ -39,10 +39,10 @@ def naive_f64(q, k, v, seq_lens, scale):
     for s in range(seqs):
         for h in range(qh):
             g = h // (qh // kvh)
-            kk = k[s, :seq_lens[s], g].double()
+            kk = k[s, : seq_lens[s], g].double()
             sc = (kk @ q[s, h].double()) * scale
             w = torch.exp(sc - sc.max())
-            out[s, h] = (w / w.sum()) @ v[s, :seq_lens[s], g].double()
+            out[s, h] = (w / w.sum()) @ v[s, : seq_lens[s], g].double()
     return out
 
 
@@ -74,8 +74,8 @@ def cache_reader(q, key_cache, value_cache, block_table, seq_lens, scale, load_m
 def test_reference_matches_float64_attention(qh, kvh):
     seq_lens = [37, 64, 5]
     q, k, v = dense(3, 64, qh, kvh, 32, dtype=torch.float32)
-    got = reference_decode(q, k, v, seq_lens, 32 ** -0.5)
-    want = naive_f64(q, k, v, seq_lens, 32 ** -0.5)
+    got = reference_decode(q, k, v, seq_lens, 32**-0.5)
+    want = naive_f64(q, k, v, seq_lens, 32**-0.5)
     assert got.dtype == torch.float32
     assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-6)
 
@@ -95,7 +95,7 @@ def test_block_table_is_a_permutation_without_the_null_block():
     bt, n = paging.make_block_table(lens, 16, spare_blocks=3, generator=torch.Generator().manual_seed(1))
     assert bt.dtype == torch.int32 and bt.shape == (4, 3)
     assert n == 1 + (3 + 1 + 1 + 3) + 3
-    used = [int(b) for s, L in enumerate(lens) for b in bt[s, :math.ceil(L / 16)]]
+    used = [int(b) for s, L in enumerate(lens) for b in bt[s, : math.ceil(L / 16)]]
     assert 0 not in used and len(set(used)) == len(used) and max(used) < n
     assert int(bt[1, 1]) == 0 and int(bt[2, 1:].abs().sum()) == 0  # padding is block 0
     assert used != sorted(used)  # physical order is shuffled
@@ -188,8 +188,7 @@ def test_tail_slots_for_exact_and_straddling_lengths():
     assert faults.tail_slots(1, 16) == 15
 
 
-@pytest.mark.parametrize("mode,want", [("none", (0.0, 0.0)), ("k", ("x", 0.0)), ("v", (0.0, "x")),
-                                       ("kv", ("x", "x"))])
+@pytest.mark.parametrize("mode,want", [("none", (0.0, 0.0)), ("k", ("x", 0.0)), ("v", (0.0, "x")), ("kv", ("x", "x"))])
 def test_fills_put_the_fault_only_in_the_chosen_cache(mode, want):
     got = faults.fills(mode, "large")
     assert got == tuple(faults.VALUES["large"] if w == "x" else w for w in want)
@@ -289,16 +288,22 @@ def test_op_counter_counts_kernel_launches_and_calls_and_restores():
 
 # -- CLI and report ------------------------------------------------------------------------------
 def test_no_gpu_is_one_line_and_exit_2():
-    r = subprocess.run([sys.executable, "-m", "kernels_check", "--quick"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "kernels_check", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "needs a CUDA or ROCm GPU" in r.stderr
 
 
-@pytest.mark.parametrize("argv,msg", [(["--shapes", "32/12"], "multiple of kv heads"),
-                                      (["--contexts", "1k"], "--contexts"),
-                                      (["--dtypes", "fp8"], "fp8"),
-                                      (["--batch", "0"], "--batch")])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--shapes", "32/12"], "multiple of kv heads"),
+        (["--contexts", "1k"], "--contexts"),
+        (["--dtypes", "fp8"], "fp8"),
+        (["--batch", "0"], "--batch"),
+    ],
+)
 def test_bad_arguments_exit_2(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -307,6 +312,7 @@ def test_bad_arguments_exit_2(argv, msg, capsys):
 
 def test_quick_plan_is_small_and_default_plan_is_the_issue_sweep():
     from kernels_check.cli import build_parser, resolve
+
     full = resolve(build_parser().parse_args([]))
     assert [s.name for s in full["shapes"]] == ["8/8", "16/8", "24/8", "32/8", "32/16"]
     assert [s.ratio for s in full["shapes"]] == [1, 2, 3, 4, 2]
@@ -326,30 +332,80 @@ def test_report_recomputes_table_figures_and_fault_pattern(tmp_path):
     rows = []
     for ctx, t, f in ((1024, 0.20, 0.05), (8192, 1.6, 0.2)):
         for p, ms, err in (("triton", t, 2e-3), ("fa3", f, 1e-3)):
-            rows.append(_row(kind="cell", dtype="bf16", shape=s, context=ctx, batch=8, path=p, status="ok",
-                             routed_as_expected=True, time_cold={"median_ms": ms, "n": 5},
-                             score={"status": "ok", "rel_linf": err}))
+            rows.append(
+                _row(
+                    kind="cell",
+                    dtype="bf16",
+                    shape=s,
+                    context=ctx,
+                    batch=8,
+                    path=p,
+                    status="ok",
+                    routed_as_expected=True,
+                    time_cold={"median_ms": ms, "n": 5},
+                    score={"status": "ok", "rel_linf": err},
+                )
+            )
     for L, tail in ((4096, 0), (4090, 6)):
         for p in ("triton", "fa3"):
             for mode in ("none", "v"):
                 bad = p == "fa3" and mode == "v" and L == 4090
-                rows.append(_row(kind="fault", dtype="bf16", shape=s, length=L, tail_slots=tail, mode=mode,
-                                 value="nan" if mode != "none" else None, path=p, status="ok", faulted=bad,
-                                 score={"status": "nonfinite" if bad else "ok", "n_nan": 128 if bad else 0,
-                                        "n_inf": 0, "rel_linf": 1e-3}))
-            rows.append(_row(kind="fault_control", dtype="bf16", shape=s, length=L, path=p, status="ok",
-                             faulted=p == "triton" or L == 4096, score={"status": "nonfinite"}))
-    rows.append(_row(kind="cell", dtype="bf16", shape=s, context=32768, batch=8, path="triton",
-                     status="failed", error="OutOfMemoryError: x"))
+                rows.append(
+                    _row(
+                        kind="fault",
+                        dtype="bf16",
+                        shape=s,
+                        length=L,
+                        tail_slots=tail,
+                        mode=mode,
+                        value="nan" if mode != "none" else None,
+                        path=p,
+                        status="ok",
+                        faulted=bad,
+                        score={
+                            "status": "nonfinite" if bad else "ok",
+                            "n_nan": 128 if bad else 0,
+                            "n_inf": 0,
+                            "rel_linf": 1e-3,
+                        },
+                    )
+                )
+            rows.append(
+                _row(
+                    kind="fault_control",
+                    dtype="bf16",
+                    shape=s,
+                    length=L,
+                    path=p,
+                    status="ok",
+                    faulted=p == "triton" or L == 4096,
+                    score={"status": "nonfinite"},
+                )
+            )
+    rows.append(
+        _row(
+            kind="cell",
+            dtype="bf16",
+            shape=s,
+            context=32768,
+            batch=8,
+            path="triton",
+            status="failed",
+            error="OutOfMemoryError: x",
+        )
+    )
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "t", "rocm_custom": {"available": False},
-                                                        "gpu": {"name": "NVIDIA H200"}}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"run_id": "t", "rocm_custom": {"available": False}, "gpu": {"name": "NVIDIA H200"}})
+    )
     assert main(["--report", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     ratios = {c["context"]: c["ratio_triton_over_other"] for c in summary["cells"]}
     assert ratios[1024] == pytest.approx(4.0) and ratios[8192] == pytest.approx(8.0) and ratios[32768] is None
-    assert summary["controls"] == {"triton": {"ran": 2, "flagged": 2, "failed": 0},
-                                   "fa3": {"ran": 2, "flagged": 1, "failed": 0}}
+    assert summary["controls"] == {
+        "triton": {"ran": 2, "flagged": 2, "failed": 0},
+        "fa3": {"ran": 2, "flagged": 1, "failed": 0},
+    }
     pattern = {(f["length"], f["mode"]): (f["triton"], f["fa3"]) for f in summary["faults"]}
     assert pattern[(4090, "v")] == ("clean", "NaN/inf x128") and pattern[(4096, "v")] == ("clean", "clean")
     md = (tmp_path / "summary.md").read_text()

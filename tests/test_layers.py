@@ -1,47 +1,56 @@
-"""The import graph of the package, read with ast (no module is imported): no circle, and no import
-running back up the layers. Every import counts: at module level, inside a function (a lazy import
-is still a dependency), and a module named by a string to importlib (the subcommand table).
+"""The import graph of the package, read with ast (no module is imported), at two levels.
 
-The layers, top down (README "Where things live" says the same in words):
+Folders: each stage is a folder of e2e/ (README "Where things live" is this tree), and the folders
+stand in one order, top down, that every import follows: no circle between folders and no import
+back up. A module at the top of e2e/ (errors, exits, extras, assets) is a folder of one.
 
-    entry      run_e2e.py, e2e/cli.py, python -m kernels_check        argv -> exit status
-    commands   e2e/commands.py, kernels_check/cli.py                  flags -> a call
-    life       e2e/session.py, kernels_check/run.py                   a run folder's life
-    steps      the sign-off, the executors and the run loop, and the other subcommands' bodies
-    output     summary model, report, figures, compare, history       rendering
-    analysis   rows -> statistics and result words                    pure numbers
-    base       run folder, rows, config, servers, plugin, formats     what everything stands on
+    run_e2e -> cli -> run -> accuracy -> kernels_check -> report -> analysis -> gpu -> serve
+            -> assets -> rundir -> design -> stats -> exits -> extras -> safety -> twin -> plugin -> errors
+
+Faces: a stage package's `__init__.py` names in `__all__` the modules other stages may import;
+an import from outside the folder reaches only those. Modules: no circle either, and only the
+executors run the loop. Every import counts: at module level, inside a function (a lazy import is
+still a dependency), and a module named by a string to importlib (the subcommand table).
 """
+
 from __future__ import annotations
 
 import ast
-import fnmatch
 from pathlib import Path
 
 from tests.support import ROOT
 
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry", ("run_e2e", "e2e.cli", "kernels_check.__main__")),
-    ("commands", ("e2e.commands", "kernels_check.cli")),
-    ("life", ("e2e.session", "kernels_check.run")),
-    ("steps", ("e2e.accuracy", "e2e.accuracy.*", "e2e.executors", "e2e.executors.*", "e2e.runner", "e2e.envs",
-               "e2e.bench_overhead", "e2e.conformance",
-               "kernels_check", "kernels_check.*")),
-    ("output", ("e2e.summary", "e2e.report", "e2e.report_md", "e2e.figures", "e2e.compare", "e2e.history",
-                "e2e.report_gpu")),
-    ("analysis", ("e2e.analysis", "e2e.verdicts", "e2e.variance_model", "e2e.planning", "e2e.adaptive",
-                  "e2e.prior", "e2e.changepoints", "e2e.bookends", "e2e.stats", "e2e.estimate", "e2e.roofline", "e2e.outcomes",
-                  "e2e.signoff")),
-    ("base", ("e2e", "e2e.*")),
+FOLDERS = [
+    "run_e2e",
+    "cli",
+    "run",
+    "accuracy",
+    "kernels_check",
+    "report",
+    "analysis",
+    "gpu",
+    "serve",
+    "assets",
+    "rundir",
+    "design",
+    "stats",
+    "exits",
+    "extras",
+    "safety",
+    "twin",
+    "plugin",
+    "errors",
 ]
+STAGES = ["cli", "run", "report", "analysis", "gpu", "serve", "rundir", "design", "stats", "safety"]
 
 # Who may import these (besides nobody): the CLI is the top, and only the executors run the loop.
 ONLY_FROM = {
     "e2e.cli": {"run_e2e"},
-    "e2e.commands": {"e2e.cli"},
-    "e2e.session": {"e2e.commands"},
-    "e2e.runner": {"e2e.executors", "e2e.executors.ray_tasks"},
-    "kernels_check.cli": {"kernels_check.__main__", "e2e.commands"},
+    "e2e.cli.entry": {"e2e.cli"},
+    "e2e.cli.commands": {"e2e.cli.entry"},
+    "e2e.run.session": {"e2e.cli.commands"},
+    "e2e.run.runner": {"e2e.run.executors", "e2e.run.executors.ray_tasks"},
+    "kernels_check.cli": {"kernels_check.__main__", "e2e.cli.commands"},
 }
 
 
@@ -81,8 +90,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
                 base = ".".join(up + ([base] if base else []))
             for a in node.names:
                 add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
-        elif uses_importlib and isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and node.value in known:
+        elif uses_importlib and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
             add(node.value)
     found.discard(name)
     return found
@@ -94,11 +102,27 @@ def graph() -> dict[str, set[str]]:
     return {m: imports(m, p, known) for m, p in mods.items()}
 
 
-def layer_of(mod: str) -> int:
-    for i, (_, patterns) in enumerate(LAYERS):
-        if any(fnmatch.fnmatchcase(mod, p) for p in patterns):
-            return i
-    raise AssertionError(f"{mod} is in no layer")
+def folder(mod: str) -> str:
+    """e2e.serve.server -> serve; e2e.errors -> errors; kernels_check.run -> kernels_check."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "e2e" and len(parts) > 1 else parts[0]
+
+
+def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for a, deps in g.items():
+        for b in deps:
+            if a != "e2e" and b != "e2e" and folder(a) != folder(b):
+                out.setdefault(folder(a), set()).add(folder(b))
+    return out
+
+
+def face(pkg: str) -> list[str]:
+    tree = ast.parse((ROOT / "e2e" / pkg / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"e2e/{pkg}/__init__.py has no __all__")
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -136,38 +160,70 @@ def test_the_reader_sees_lazy_and_string_imports():
     """The graph is only as good as its reader: a lazy import and the subcommand table's module
     strings are arrows (the circle of issue 24 ran through lazy imports)."""
     g = graph()
-    assert "e2e.report" in g["e2e.session"]          # `from e2e.report import write_report` in a function
-    assert "e2e.compare" in g["e2e.commands"]        # Delegate("compare", ..., "e2e.compare", ...)
-    assert "e2e.executors.ray_executor" in g["e2e.executors"]
+    assert "e2e.report.write" in g["e2e.run.session"]  # `from e2e.report.write import write_report` in a function
+    assert "e2e.report.compare" in g["e2e.cli.commands"]  # Delegate("compare", ..., "e2e.report.compare", ...)
+    assert "e2e.run.executors.ray_executor" in g["e2e.run.executors"]
+
+
+def test_every_folder_has_its_place():
+    g = graph()
+    assert sorted({folder(m) for m in g} - {"e2e"}) == sorted(FOLDERS)
+    assert sorted(p.name for p in (ROOT / "e2e").iterdir() if (p / "__init__.py").exists()) == sorted(
+        set(STAGES) | {"accuracy", "plugin", "twin"}
+    )
 
 
 def test_no_circle_in_the_import_graph():
-    assert cycles(graph()) == []
-
-
-def test_no_import_runs_back_up_the_layers():
     g = graph()
-    up = [f"{a} ({LAYERS[layer_of(a)][0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
-          for a, deps in g.items() for b in deps if layer_of(b) < layer_of(a)]
+    assert cycles(g) == []
+    assert (
+        cycles(
+            {f: deps for f, deps in folder_graph(g).items()} | {f: set() for f in FOLDERS if f not in folder_graph(g)}
+        )
+        == []
+    )
+
+
+def test_no_import_runs_back_up_the_folders():
+    g = graph()
+    up = [
+        f"{a} ({folder(a)}) -> {b} ({folder(b)})"
+        for a, deps in g.items()
+        for b in deps
+        if a != "e2e" and b != "e2e" and FOLDERS.index(folder(b)) < FOLDERS.index(folder(a))
+    ]
     assert up == []
+
+
+def test_other_stages_import_only_what_a_face_names():
+    g = graph()
+    faces = {pkg: face(pkg) for pkg in STAGES}
+    behind = []
+    for a, deps in g.items():
+        for b in deps:
+            pkg = folder(b)
+            if pkg in faces and folder(a) != pkg and b != f"e2e.{pkg}":
+                if b.split(".")[2] not in faces[pkg]:
+                    behind.append(f"{a} -> {b} (not in e2e/{pkg}/__init__.py's __all__)")
+    assert behind == []
+
+
+def test_every_face_names_only_what_exists():
+    for pkg in STAGES:
+        for name in face(pkg):
+            assert (
+                (ROOT / "e2e" / pkg / f"{name}.py").exists()
+                or (ROOT / "e2e" / pkg / name / "__init__.py").exists()
+                or name == "main"
+            ), f"e2e/{pkg}/__init__.py names {name}"
 
 
 def test_the_cli_is_the_top_and_only_the_executors_run_the_loop():
     g = graph()
-    wrong = [f"{a} -> {b}" for a, deps in g.items() for b in deps
-             if b in ONLY_FROM and a not in ONLY_FROM[b]]
+    wrong = [f"{a} -> {b}" for a, deps in g.items() for b in deps if b in ONLY_FROM and a not in ONLY_FROM[b]]
     assert wrong == []
 
 
 def test_one_default_config():
     hits = [m for m, p in modules().items() if "DEFAULT_CONFIG =" in p.read_text()]
-    assert hits == ["e2e.commands"]
-
-
-def test_every_module_is_in_a_layer_and_the_layers_are_not_stale():
-    mods = set(modules())
-    for m in mods:
-        layer_of(m)
-    for _, patterns in LAYERS:
-        for p in patterns:
-            assert any(fnmatch.fnmatchcase(m, p) for m in mods) or p.endswith("__main__"), f"no module matches {p}"
+    assert hits == ["e2e.cli.commands"]

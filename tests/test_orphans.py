@@ -2,6 +2,7 @@
 STAND-IN of tests/support/orphans.py (it ignores SIGTERM, so a teardown lasts stop_timeout_s, and it
 prints its secrets): signals mid-teardown, SIGKILL of the harness and what report, --resume and the
 next start do about what it left, a full disk mid-cell. Each takes seconds."""
+
 from __future__ import annotations
 
 import errno
@@ -13,17 +14,28 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from e2e import live_servers
 from e2e.cli import main
-from e2e.interrupts import held
-from tests.support.orphans import (HF_TOKEN, kill_all, killed_harness, manifest, orphan_cfg, secrets_in,
-                                   start_harness, start_run, tagged_processes, the_server, wait_for_line,
-                                   wait_in_file, write_standin)
+from e2e.safety.interrupts import held
+from e2e.serve import live_servers
+from tests.support.orphans import (
+    HF_TOKEN,
+    kill_all,
+    killed_harness,
+    manifest,
+    orphan_cfg,
+    secrets_in,
+    start_harness,
+    start_run,
+    tagged_processes,
+    the_server,
+    wait_for_line,
+    wait_in_file,
+    write_standin,
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +70,7 @@ def test_signals_during_teardown_never_abandon_a_server_nor_leave_a_secret(tmp_p
         kill_all(tagged_processes(run))
 
 
-def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops_its_server(tmp_path, standin,
-                                                                                              capsys):
+def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops_its_server(tmp_path, standin, capsys):
     run, env = killed_harness(tmp_path, standin, "k")
     sid = env["E2E_SERVER_ID"]
     p = None
@@ -93,8 +104,9 @@ def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops
 def test_the_next_start_elsewhere_stops_what_a_dead_harness_left_and_marks_its_run(tmp_path, standin):
     dead, env = killed_harness(tmp_path, standin, "dead")
     try:
-        cfg = orphan_cfg(tmp_path / "next.toml", standin, workload={"rounds": 3},
-                         server={"env": {"STANDIN_DECODE_MS": "1"}})
+        cfg = orphan_cfg(
+            tmp_path / "next.toml", standin, workload={"rounds": 3}, server={"env": {"STANDIN_DECODE_MS": "1"}}
+        )
         p, _ = start_run(cfg, tmp_path, "next")
         out = p.communicate(timeout=120)[0]
         assert p.returncode == 0, out
@@ -192,7 +204,8 @@ def test_held_keeps_a_signal_that_a_worker_thread_takes_until_the_block_ends():
 def test_scrub_log_on_a_full_disk_overwrites_in_place(tmp_path, monkeypatch):
     import os as _os
 
-    from e2e import redact
+    from e2e.safety import redact
+
     data = b"key=0123456789abcdef0123456789abcdef token=hf_abcdefgh tail\n"
     log = tmp_path / "s.log"
     log.write_bytes(data)
@@ -200,17 +213,26 @@ def test_scrub_log_on_a_full_disk_overwrites_in_place(tmp_path, monkeypatch):
 
     class Full:
         """The scrubbed copy's file: 5 bytes land, then the disk is full."""
-        def __init__(self, f): self.f = f
-        def __enter__(self): return self
-        def __exit__(self, *exc): self.f.close()
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
         def write(self, b):
-            self.f.write(b[:5]); self.f.flush()
+            self.f.write(b[:5])
+            self.f.flush()
             raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(redact.os, "fdopen", lambda fd, *a, **k: Full(real(fd, *a, **k)))
     live_servers.scrub_log(log, ["0123456789abcdef0123456789abcdef", "hf_abcdefgh"])
     got = log.read_bytes()
     assert len(got) == len(data) and b"0123456789abcdef" not in got and b"hf_abcdefgh" not in got
-    assert got.startswith(b"key=<redacted>") and got.endswith(b" tail\n")   # masked in place
+    assert got.startswith(b"key=<redacted>") and got.endswith(b" tail\n")  # masked in place
     assert [p.name for p in tmp_path.iterdir()] == ["s.log"]  # the half-written copy is gone
 
 
@@ -238,11 +260,15 @@ def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
     record = live_servers.cluster_record_path(dead_id)
     try:
         time.sleep(0.3)
-        record.write_text(json.dumps({"owner": dead_id, "pids": [[hidden.pid, psutil.Process(hidden.pid).create_time()],
-                                                                 [mine.pid, 0.0]]}))  # a reused pid: not it
+        record.write_text(
+            json.dumps(
+                {"owner": dead_id, "pids": [[hidden.pid, psutil.Process(hidden.pid).create_time()], [mine.pid, 0.0]]}
+            )
+        )  # a reused pid: not it
         stopped = live_servers.stop_orphans()
-        assert sorted((e["kind"], e["owner"], p) for e in stopped for p in e["pids"]) == \
-            sorted([("ray-cluster", dead_id, agent.pid), ("ray-cluster", dead_id, hidden.pid)])
+        assert sorted((e["kind"], e["owner"], p) for e in stopped for p in e["pids"]) == sorted(
+            [("ray-cluster", dead_id, agent.pid), ("ray-cluster", dead_id, hidden.pid)]
+        )
         for x in (agent, hidden):
             x.wait(timeout=10)  # reaped already by the stop (it is our child here)
             assert not psutil.pid_exists(x.pid)
@@ -262,12 +288,23 @@ def test_a_record_names_a_server_the_environment_scan_cannot_see_and_its_group_i
     log = tmp_path / "logs" / "x.log"
     log.parent.mkdir()
     log.write_text(f"key {key} printed\n")
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("E2E_")})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        start_new_session=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("E2E_")},
+    )
     try:
-        live_servers.record(tmp_path / live_servers.LIVE_DIR, "s1", {
-            "tag": f"{tmp_path}::c", "log": "logs/x.log", "key_sha256": live_servers.key_digest(key),
-            "pgid": proc.pid, "pid_started": psutil.Process(proc.pid).create_time()})
+        live_servers.record(
+            tmp_path / live_servers.LIVE_DIR,
+            "s1",
+            {
+                "tag": f"{tmp_path}::c",
+                "log": "logs/x.log",
+                "key_sha256": live_servers.key_digest(key),
+                "pgid": proc.pid,
+                "pid_started": psutil.Process(proc.pid).create_time(),
+            },
+        )
         [entry] = live_servers.clear_records(tmp_path)
         assert entry["pids"] == [proc.pid] and entry["by"] == "record"
         assert proc.wait(timeout=10) == -signal.SIGKILL

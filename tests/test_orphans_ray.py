@@ -2,6 +2,7 @@
 refuses a client without its token; SIGTERM to the driver is the same clean interrupt as Ctrl-C;
 SIGKILL of the driver leaves nothing that the next --resume does not stop. Against the STAND-IN of
 tests/support/orphans.py (a Ray cluster start is ~20 s here; the rest seconds)."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,19 @@ import time
 import psutil
 import pytest
 
-from e2e import live_servers
-from tests.support.orphans import (HF_TOKEN, kill_all, manifest, orphan_cfg, secrets_in, start_harness, start_run,
-                                   tagged_processes, the_server, wait_for_line)
+from e2e.serve import live_servers
+from tests.support.orphans import (
+    HF_TOKEN,
+    kill_all,
+    manifest,
+    orphan_cfg,
+    secrets_in,
+    start_harness,
+    start_run,
+    tagged_processes,
+    the_server,
+    wait_for_line,
+)
 
 pytest.importorskip("ray")
 
@@ -35,6 +46,7 @@ except Exception as exc:
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
     from tests.support.orphans import write_standin
+
     return write_standin(tmp_path_factory.mktemp("orphan-standin"))
 
 
@@ -44,8 +56,10 @@ def owned_by(driver: str) -> list[psutil.Process]:
     for p in psutil.process_iter(["pid"]):
         try:
             env = p.environ()
-            if driver in (env.get(live_servers.CLUSTER_ENV), env.get(live_servers.HARNESS_ENV)) \
-                    and p.status() != psutil.STATUS_ZOMBIE:
+            if (
+                driver in (env.get(live_servers.CLUSTER_ENV), env.get(live_servers.HARNESS_ENV))
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
                 out.append(p)
         except psutil.Error:
             continue
@@ -61,13 +75,13 @@ def gone(driver: str, timeout: float = 30) -> list[psutil.Process]:
 
 def probe(gcs: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    r = subprocess.run([sys.executable, "-c", PROBE, gcs], env={**clean, **env}, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, gcs], env={**clean, **env}, capture_output=True, text=True, timeout=120
+    )
     return next((x for x in r.stdout.splitlines() if x.startswith(("ANSWERED", "REFUSED"))), r.stdout + r.stderr)
 
 
-def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is_a_clean_interrupt(tmp_path,
-                                                                                                  standin):
+def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is_a_clean_interrupt(tmp_path, standin):
     home = tmp_path / "home"  # where Ray's default would write its token (~/.ray/auth_token)
     home.mkdir()
     cfg = orphan_cfg(tmp_path / "c.toml", standin)
@@ -78,8 +92,12 @@ def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is
         wait_for_line(p, "measuring", seen, timeout=240)
         driver = live_servers.identity(p.pid)
         cluster = [x for x in psutil.Process(p.pid).children(recursive=True) if "--port" not in x.cmdline()]
-        listening = {(x.name(), c.laddr.ip, c.laddr.port) for x in [psutil.Process(p.pid), *cluster]
-                     for c in x.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        listening = {
+            (x.name(), c.laddr.ip, c.laddr.port)
+            for x in [psutil.Process(p.pid), *cluster]
+            for c in x.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        }
         assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1") for _, ip, _ in listening), listening
         assert manifest(run)["executors"][-1]["security"] == {"auth": "token", "listening": "127.0.0.1 only"}
         # GCS, raylet, workers, agents: every one carries its owner (what finds them if the driver dies)

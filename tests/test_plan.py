@@ -1,20 +1,27 @@
 """Planning: counterbalanced orders, pass numbering, dry-run output. Pure, no server."""
+
 from __future__ import annotations
 
 import json
 
 from e2e.cli import main
-from e2e.config import parse_config
-from e2e.plan import make_plan
+from e2e.design.config import parse_config
+from e2e.design.plan import make_plan
 
 
 def cfg(order="stock-first", passes=None, mode="fresh", arms=("stock", "widened")):
     run = {"order": order}
     if passes:
         run["passes"] = passes
-    return parse_config({"model": {"path": "m"}, "workload": {"depths": [8192, 1024]},
-                         "server": {"mode": mode}, "run": run,
-                         "arms": [{"name": a} for a in arms]})
+    return parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": [8192, 1024]},
+            "server": {"mode": mode},
+            "run": run,
+            "arms": [{"name": a} for a in arms],
+        }
+    )
 
 
 def seq(cells):
@@ -23,24 +30,29 @@ def seq(cells):
 
 def test_widened_first_one_pass_depths_ascending():
     assert seq(make_plan(cfg("widened-first", passes=1))) == [
-        (1, 1024, "widened"), (1, 1024, "stock"), (1, 8192, "widened"), (1, 8192, "stock")]
+        (1, 1024, "widened"),
+        (1, 1024, "stock"),
+        (1, 8192, "widened"),
+        (1, 8192, "stock"),
+    ]
 
 
 def test_the_missions_command_plans_enough_servers_for_a_verdict():
     """`--order widened-first` names the arm that leads pass 1; with no passes given the plan has
     DEFAULT_PASSES (4) passes alternating the lead, so every arm gets four servers per depth."""
-    from e2e.config import DEFAULT_PASSES
+    from e2e.design.config import DEFAULT_PASSES
 
     cells = make_plan(cfg("widened-first"))
     assert DEFAULT_PASSES == 4 and {c.pass_ for c in cells} == {1, 2, 3, 4}
     leads = [next(c.arm for c in cells if c.pass_ == p) for p in (1, 2, 3, 4)]
     assert leads == ["widened", "stock", "widened", "stock"]
-    assert all(sum(1 for c in cells if c.arm == a and c.depth == d) == 4
-               for a in ("stock", "widened") for d in (1024, 8192))
+    assert all(
+        sum(1 for c in cells if c.arm == a and c.depth == d) == 4 for a in ("stock", "widened") for d in (1024, 8192)
+    )
 
 
 def test_next_pass_continues_the_alternation():
-    from e2e.plan import next_pass
+    from e2e.design.plan import next_pass
 
     c = cfg("widened-first", passes=2)
     cells = make_plan(c)
@@ -76,12 +88,31 @@ def test_three_arms_reverse_on_second_pass():
 
 
 def test_dry_run_json_schema(capsys, in_root):
-    assert main(["--config", "configs/gemma3-27b-it-w4a16-tp2.toml", "--order", "both", "--passes", "2",
-                 "--dry-run", "--json"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                "configs/gemma3-27b-it-w4a16-tp2.toml",
+                "--order",
+                "both",
+                "--passes",
+                "2",
+                "--dry-run",
+                "--json",
+            ]
+        )
+        == 0
+    )
     cells = json.loads(capsys.readouterr().out)
     assert len(cells) == 12
-    assert cells[0] == {"index": 0, "cell_id": "p1-d1024-stock", "pass": 1, "arm": "stock",
-                        "depth": 1024, "server_key": "p1-d1024-stock"}
+    assert cells[0] == {
+        "index": 0,
+        "cell_id": "p1-d1024-stock",
+        "pass": 1,
+        "arm": "stock",
+        "depth": 1024,
+        "server_key": "p1-d1024-stock",
+    }
     assert {c["pass"] for c in cells} == {1, 2}
 
 
@@ -92,12 +123,21 @@ def test_dry_run_table_starts_nothing(capsys, in_root):
 
 
 def test_compile_cache_is_per_arm_and_interpreter(tmp_path):
-    from e2e.config import parse_config
-    from e2e.launch import server_spec
+    from e2e.design.config import parse_config
+    from e2e.serve.launch import server_spec
 
-    c = parse_config({"model": {"path": "m"}, "workload": {"depths": [16]},
-                      "arms": [{"name": "a"}, {"name": "b"}, {"name": "c", "python": "/other/python"},
-                               {"name": "d", "env": {"VLLM_CACHE_ROOT": "/mine"}}]})
+    c = parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": [16]},
+            "arms": [
+                {"name": "a"},
+                {"name": "b"},
+                {"name": "c", "python": "/other/python"},
+                {"name": "d", "env": {"VLLM_CACHE_ROOT": "/mine"}},
+            ],
+        }
+    )
     root = {a.name: server_spec(c, a, None, tmp_path).env.get("VLLM_CACHE_ROOT") for a in c.arms}
     assert root["a"] == server_spec(c, c.arm("a"), None, tmp_path).env["VLLM_CACHE_ROOT"]  # reused
     assert len({root["a"], root["b"], root["c"]}) == 3 and all(str(tmp_path) in root[x] for x in "abc")
@@ -110,20 +150,32 @@ def test_compile_cache_is_per_arm_and_interpreter(tmp_path):
 from collections import Counter  # noqa: E402
 
 import pytest  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-from e2e.executors.slots import make_slots  # noqa: E402
-from e2e.plan import assign_slots, server_groups, slot_balance  # noqa: E402
+from e2e.design.plan import assign_slots, server_groups, slot_balance  # noqa: E402
+from e2e.run.executors.slots import make_slots  # noqa: E402
 
 
 def gpu_node(i, gpus, host=None, cpus=32):
-    return {"NodeID": f"node{i:02d}", "Alive": True, "NodeManagerAddress": host or f"10.0.0.{i}",
-            "Resources": {"CPU": cpus, "GPU": gpus}}
+    return {
+        "NodeID": f"node{i:02d}",
+        "Alive": True,
+        "NodeManagerAddress": host or f"10.0.0.{i}",
+        "Resources": {"CPU": cpus, "GPU": gpus},
+    }
 
 
 def plan_on(slots, passes=4, mode="fresh", arms=("stock", "widened"), depths=(1024, 8192)):
-    c = parse_config({"model": {"path": "m"}, "workload": {"depths": list(depths)}, "server": {"mode": mode},
-                      "run": {"order": "both", "passes": passes}, "arms": [{"name": a} for a in arms]})
+    c = parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": list(depths)},
+            "server": {"mode": mode},
+            "run": {"order": "both", "passes": passes},
+            "arms": [{"name": a} for a in arms],
+        }
+    )
     cells = make_plan(c)
     names = [s.name for s in slots]
     a = assign_slots(cells, len(slots), list(arms))
@@ -142,8 +194,12 @@ def test_eight_gpus_at_tp2_four_slots_each_arm_once_per_slot_per_depth():
     one = make_slots([gpu_node(0, 8)], tp=2)  # the default cap: one cell at a time on the host
     assert [s.name for s in one] == ["n0.g0-1"]
     slots = make_slots([gpu_node(0, 8)], tp=2, max_per_host=4)
-    assert [(s.name, s.gpus) for s in slots] == [("n0.g0-1", (0, 1)), ("n0.g2-3", (2, 3)),
-                                                 ("n0.g4-5", (4, 5)), ("n0.g6-7", (6, 7))]
+    assert [(s.name, s.gpus) for s in slots] == [
+        ("n0.g0-1", (0, 1)),
+        ("n0.g2-3", (2, 3)),
+        ("n0.g4-5", (4, 5)),
+        ("n0.g6-7", (6, 7)),
+    ]
     assert {s.cpus for s in slots} == {8.0}  # the node's 32 CPUs shared by its 4 slots
     cells, a, bal = plan_on(slots, passes=4)
     names = [s.name for s in slots]
@@ -170,14 +226,16 @@ def test_three_nodes_of_eight_cannot_balance_four_passes_and_says_how_to():
     _, _, bal = plan_on(wide, passes=4)
     assert not bal["balanced"] and bal["suggest"].endswith("--max-slots 4")
     assert {s.host for s in make_slots(nodes, tp=2, max_per_host=4, max_slots=4)} == {
-        "10.0.0.0", "10.0.0.1", "10.0.0.2"}
+        "10.0.0.0",
+        "10.0.0.1",
+        "10.0.0.2",
+    }
 
 
 def test_uneven_nodes_give_slots_by_their_gpus_and_balance_over_a_multiple_of_passes():
     nodes = [gpu_node(0, 8), gpu_node(1, 4), gpu_node(2, 2), gpu_node(3, 1)]  # node 3 cannot hold TP 2
     slots = make_slots(nodes, tp=2, max_per_host=4)
-    assert [s.name for s in slots] == ["n0.g0-1", "n1.g0-1", "n2.g0-1", "n0.g2-3", "n1.g2-3", "n0.g4-5",
-                                       "n0.g6-7"]
+    assert [s.name for s in slots] == ["n0.g0-1", "n1.g0-1", "n2.g0-1", "n0.g2-3", "n1.g2-3", "n0.g4-5", "n0.g6-7"]
     assert {s.name: s.cpus for s in slots}["n2.g0-1"] == 32.0 and slots[0].cpus == 8.0
     cells, a, bal = plan_on(slots, passes=7)
     assert bal["balanced"]
@@ -209,15 +267,20 @@ def test_adding_passes_keeps_every_earlier_slot():
 
 
 @settings(max_examples=200, deadline=None)
-@given(k=st.integers(1, 4), d=st.integers(1, 3), s=st.integers(1, 6), rounds=st.integers(1, 3),
-       extra=st.integers(0, 5))
+@given(k=st.integers(1, 4), d=st.integers(1, 3), s=st.integers(1, 6), rounds=st.integers(1, 3), extra=st.integers(0, 5))
 def test_balanced_exactly_when_the_passes_are_a_multiple_of_the_slots(k, d, s, rounds, extra):
     arms = tuple(f"arm{i}" for i in range(k))
     depths = tuple(128 * (i + 1) for i in range(d))
     names = [f"s{i}" for i in range(s)]
     passes = s * rounds + (extra % s)
-    c = parse_config({"model": {"path": "m"}, "workload": {"depths": list(depths)},
-                      "run": {"order": "both", "passes": passes}, "arms": [{"name": x} for x in arms]})
+    c = parse_config(
+        {
+            "model": {"path": "m"},
+            "workload": {"depths": list(depths)},
+            "run": {"order": "both", "passes": passes},
+            "arms": [{"name": x} for x in arms],
+        }
+    )
     cells = make_plan(c)
     a = assign_slots(cells, s, list(arms))
     bal = slot_balance(cells, a, names)

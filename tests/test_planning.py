@@ -1,6 +1,7 @@
-"""e2e.planning: the decision rule's power by an independent Monte Carlo, the MDE and
+"""e2e.stats.planning: the decision rule's power by an independent Monte Carlo, the MDE and
 servers-needed pair, predictions against a fit's own algebra, and the adaptive allocation against a
 brute-force search. Rates over whole simulated runs: test_conformance.py."""
+
 from __future__ import annotations
 
 import math
@@ -9,14 +10,20 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from e2e import planning
-from e2e import variance_model as vm
+from e2e.stats import planning
+from e2e.stats import variance_model as vm
 from tests.support.synthetic import per_arm_pass
 
 
-@pytest.mark.parametrize("se,df,alpha,m,delta", [
-    (0.01, 3.0, 0.05 / 3, 2.0, 0.04), (0.004, 12.0, 0.05 / 6, 1.0, 0.015), (0.02, 1000.0, 0.05, 2.0, 0.05),
-    (0.002, 6.0, 0.05 / 3, 2.0, 0.021)])
+@pytest.mark.parametrize(
+    "se,df,alpha,m,delta",
+    [
+        (0.01, 3.0, 0.05 / 3, 2.0, 0.04),
+        (0.004, 12.0, 0.05 / 6, 1.0, 0.015),
+        (0.02, 1000.0, 0.05, 2.0, 0.05),
+        (0.002, 6.0, 0.05 / 3, 2.0, 0.021),
+    ],
+)
 def test_power_is_the_rules_by_simulation(se, df, alpha, m, delta):
     """Draw the estimate and its se as the model says; apply verdicts' rule (p < alpha and the
     ratio at least m % from 1). 200,000 draws: Monte-Carlo sd < 0.1 %; tolerance 0.5 points."""
@@ -49,7 +56,7 @@ def test_predict_is_the_fits_own_algebra_for_the_same_design():
 
 
 def test_servers_needed_and_the_mde_agree():
-    comp = planning.Components(0.01 ** 2, 0.0, {(a, d): (0.01 ** 2, 0.01 ** 2) for a in "ab" for d in (1, 2)})
+    comp = planning.Components(0.01**2, 0.0, {(a, d): (0.01**2, 0.01**2) for a in "ab" for d in (1, 2)})
     rounds = {1: 8, 2: 8}
     need = planning.servers_needed(comp, ["a", "b"], [1, 2], rounds, True, 0.05 / 2, 2.0, 4.0)
     for key, n in need.items():
@@ -61,11 +68,17 @@ def test_servers_needed_and_the_mde_agree():
 
 
 def test_the_allocation_is_the_cheapest_of_a_brute_force_search():
-    comp = planning.Components(0.001 ** 2, 0.0, {("a", 1): (0.004 ** 2,) * 2, ("b", 1): (0.004 ** 2,) * 2,
-                                                 ("a", 2): (0.02 ** 2,) * 2, ("b", 2): (0.02 ** 2,) * 2})
+    comp = planning.Components(
+        0.001**2,
+        0.0,
+        {("a", 1): (0.004**2,) * 2, ("b", 1): (0.004**2,) * 2, ("a", 2): (0.02**2,) * 2, ("b", 2): (0.02**2,) * 2},
+    )
     existing = planning.hypothetical_cells(["a", "b"], [1, 2], 2, {1: 6, 2: 6}, True, tag="pilot")
-    costs = planning.Costs({"a": 90.0, "b": 90.0}, {(a, d): 2.0 for a in "ab" for d in (1, 2)},
-                           {(a, 1): 1.0 for a in "ab"} | {(a, 2): 6.0 for a in "ab"})
+    costs = planning.Costs(
+        {"a": 90.0, "b": 90.0},
+        {(a, d): 2.0 for a in "ab" for d in (1, 2)},
+        {(a, 1): 1.0 for a in "ab"} | {(a, 2): 6.0 for a in "ab"},
+    )
     alloc = planning.allocate(comp, existing, ["a", "b"], [1, 2], True, costs, 0.6, 6)
     assert alloc.met and alloc.extra_passes >= 1
     best = None
@@ -79,11 +92,11 @@ def test_the_allocation_is_the_cheapest_of_a_brute_force_search():
                     cost = P * costs.of_pass(["a", "b"], [1, 2], rounds, True)
                     best = cost if best is None else min(best, cost)
     assert alloc.predicted_s == pytest.approx(best, rel=1e-9)
-    assert alloc.considered < 100            # the bisection, not the grid
+    assert alloc.considered < 100  # the bisection, not the grid
 
 
 def test_an_unreachable_target_says_so():
-    comp = planning.Components(0.05 ** 2, 0.0, {(a, 1): (0.01 ** 2,) * 2 for a in "ab"})
+    comp = planning.Components(0.05**2, 0.0, {(a, 1): (0.01**2,) * 2 for a in "ab"})
     existing = planning.hypothetical_cells(["a", "b"], [1], 2, {1: 6}, True, tag="pilot")
     costs = planning.Costs({"a": 90.0, "b": 90.0}, {(a, 1): 1.0 for a in "ab"}, {(a, 1): 1.0 for a in "ab"})
     alloc = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.5, 3)
@@ -91,11 +104,11 @@ def test_an_unreachable_target_says_so():
 
 
 def test_the_allocation_stays_within_a_time_budget():
-    comp = planning.Components(0.001 ** 2, 0.0, {(a, 1): (0.02 ** 2,) * 2 for a in "ab"})
+    comp = planning.Components(0.001**2, 0.0, {(a, 1): (0.02**2,) * 2 for a in "ab"})
     existing = planning.hypothetical_cells(["a", "b"], [1], 2, {1: 6}, True, tag="pilot")
     costs = planning.Costs({"a": 90.0, "b": 90.0}, {(a, 1): 2.0 for a in "ab"}, {(a, 1): 6.0 for a in "ab"})
     free = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4)
     tight = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4, max_cost_s=0.9 * free.predicted_s)
     assert tight.predicted_s <= 0.9 * free.predicted_s
     none = planning.allocate(comp, existing, ["a", "b"], [1], True, costs, 0.3, 4, max_cost_s=100.0)
-    assert none.extra_passes == 0 and not none.met          # one pass (two starts) costs more than 100 s
+    assert none.extra_passes == 0 and not none.met  # one pass (two starts) costs more than 100 s

@@ -4,6 +4,7 @@ failures for missing targets (in the API server and in a worker), and routing fo
 One server at a time, SmolLM2-135M, eager, max_model_len 1024. The first test runs the server from a
 second interpreter that does not have the project installed: the plugin arrives through the shim.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from e2e import launch
-from e2e import routing as folding
 from e2e.cli import main
-from e2e.config import ArmCfg, parse_config
-from e2e.launch import server_spec
-from e2e.server import ServerFailure, VllmServer
-from e2e.store import read_jsonl
+from e2e.design.config import ArmCfg, parse_config
+from e2e.rundir import routing as folding
+from e2e.rundir.store import read_jsonl
+from e2e.serve import launch
+from e2e.serve.launch import server_spec
+from e2e.serve.server import ServerFailure, VllmServer
 from tests.test_plugin_unit import make_second_venv
 
 pytestmark = pytest.mark.server
@@ -27,12 +28,20 @@ MARKER_TOKEN = 28  # SmolLM2's ","
 
 
 def _cfg(smollm2: Path):
-    return parse_config({
-        "name": "plugin-proof-cpu", "model": {"path": str(smollm2), "max_model_len": 1024},
-        "server": {"cuda_graphs": False, "startup_timeout_s": STARTUP_S, "request_timeout_s": 300,
-                   "env": {"VLLM_CPU_KVCACHE_SPACE": "2"}},
-        "workload": {"depths": [128], "rounds": 1, "warmup_rounds": 0},
-        "arms": [{"name": "x"}]})
+    return parse_config(
+        {
+            "name": "plugin-proof-cpu",
+            "model": {"path": str(smollm2), "max_model_len": 1024},
+            "server": {
+                "cuda_graphs": False,
+                "startup_timeout_s": STARTUP_S,
+                "request_timeout_s": 300,
+                "env": {"VLLM_CPU_KVCACHE_SPACE": "2"},
+            },
+            "workload": {"depths": [128], "rounds": 1, "warmup_rounds": 0},
+            "arms": [{"name": "x"}],
+        }
+    )
 
 
 def _server(cfg, arm: ArmCfg, tmp_path: Path) -> tuple[VllmServer, Path]:
@@ -43,14 +52,20 @@ def _server(cfg, arm: ArmCfg, tmp_path: Path) -> tuple[VllmServer, Path]:
 def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp_path_factory):
     python = make_second_venv(tmp_path_factory.mktemp("second-install"))
     cfg = _cfg(smollm2)
-    arm = ArmCfg(name="marked", python=str(python), env={"E2E_MARKER_TOKEN": str(MARKER_TOKEN)},
-                 patches=("widened-gfx11-gate", "tests.patches.marker:install"))
+    arm = ArmCfg(
+        name="marked",
+        python=str(python),
+        env={"E2E_MARKER_TOKEN": str(MARKER_TOKEN)},
+        patches=("widened-gfx11-gate", "tests.patches.marker:install"),
+    )
     server, rd = _server(cfg, arm, tmp_path)
     with server:
-        r = httpx.post(f"{server.base_url}/v1/completions", timeout=300,
-                       headers={"Authorization": f"Bearer {server.api_key}"},
-                       json={"model": "bench-model", "prompt": "The capital of France is", "max_tokens": 6,
-                             "temperature": 0})
+        r = httpx.post(
+            f"{server.base_url}/v1/completions",
+            timeout=300,
+            headers={"Authorization": f"Bearer {server.api_key}"},
+            json={"model": "bench-model", "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0},
+        )
         text = r.json()["choices"][0]["text"]
         routing = folding.fold_records(rd, arm)
     # The marker patch made the worker's greedy choice the marker token at every position.
@@ -70,8 +85,14 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
     assert worker["cudagraph_mode"] == "NONE" and worker["counts_note"] == routing_note_eager()
     (cls,) = routing["layer_classes"]
     g = cls["geometry"]
-    assert (g["impl"], g["head_size"], g["num_heads"], g["num_kv_heads"], g["sliding_window"], g["dtype"]) == \
-        ("CPUAttentionBackendImpl", 64, 9, 3, None, "bfloat16")
+    assert (g["impl"], g["head_size"], g["num_heads"], g["num_kv_heads"], g["sliding_window"], g["dtype"]) == (
+        "CPUAttentionBackendImpl",
+        64,
+        9,
+        3,
+        None,
+        "bfloat16",
+    )
     assert cls["n_layers"] == 30 and cls["path"] == "forward:CPUAttentionBackendImpl"
     assert cls["paths"]["forward:CPUAttentionBackendImpl"] % 30 == 0 and cls["processes"] == [procs["Worker"]["label"]]
     assert folding.patch_problem(routing, arm) is None
@@ -79,6 +100,7 @@ def test_plugin_in_every_process_of_a_second_installation(smollm2, tmp_path, tmp
 
 def routing_note_eager() -> str:
     from e2e.plugin.recorder import GRAPH_NOTE_EAGER
+
     return GRAPH_NOTE_EAGER
 
 
@@ -89,8 +111,10 @@ def test_missing_patch_function_fails_the_start_loudly(smollm2, tmp_path):
         with server:
             pass
     assert "exited with status" in str(exc.value)
-    assert ("e2e plugin: patch 'tests.patches.marker:no_such_function': target "
-            "tests.patches.marker.no_such_function does not exist") in exc.value.log_tail
+    assert (
+        "e2e plugin: patch 'tests.patches.marker:no_such_function': target "
+        "tests.patches.marker.no_such_function does not exist"
+    ) in exc.value.log_tail
     assert "vLLM 0.32.0" in exc.value.log_tail
     (rec,) = folding.read_records(rd)  # the API server failed first; its record says why
     assert rec["role"] == "APIServer" and "does not exist" in rec["error"]
@@ -99,12 +123,12 @@ def test_missing_patch_function_fails_the_start_loudly(smollm2, tmp_path):
 def test_patch_target_missing_in_a_worker_fails_the_start(smollm2, tmp_path):
     arm = ArmCfg(name="broken-worker", patches=("tests.patches.missing_in_worker:install",))
     server, rd = _server(_cfg(smollm2), arm, tmp_path)
-    with pytest.raises(ServerFailure) as exc:
-        with server:
-            pass
+    with pytest.raises(ServerFailure), server:
+        pass
     log = (tmp_path / "server.log").read_text()
-    assert ("target vllm.v1.worker.cpu_model_runner.CPUModelRunner.e2e_no_such_method does not exist "
-            "in vLLM 0.32.0") in log
+    assert (
+        "target vllm.v1.worker.cpu_model_runner.CPUModelRunner.e2e_no_such_method does not exist in vLLM 0.32.0"
+    ) in log
     recs = {r["role"]: r for r in folding.read_records(rd)}
     assert "does not exist" in recs["Worker"]["error"]
     assert recs["APIServer"]["error"] is None and recs["APIServer"]["patches_applied"] == list(arm.patches)

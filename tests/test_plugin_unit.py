@@ -5,6 +5,7 @@ venv; the GPU releases 0.23.0 and 0.26.0 from their excerpts in tests/data/vllm_
 are folded from constructed files; the entry-point shim is proven in this venv and in a second
 interpreter that does not have the project installed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,11 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from e2e import launch
-from e2e import routing as folding
-from e2e.config import ArmCfg, parse_config
+from e2e.design.config import ArmCfg, parse_config
 from e2e.errors import UserError
 from e2e.plugin import hooks, patches, recorder
+from e2e.rundir import routing as folding
+from e2e.serve import launch
 from tests.support import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +51,10 @@ def _namespace(gfx1x: bool) -> dict:
 
 
 # (release, source of the gate): the venv's file, and the carried GPU releases' (not installable here).
-GATE_SOURCES = [(v, vllm_excerpts.Release(v, vllm_excerpts.load(v)).get("vllm/platforms/rocm.py", patches.GATE_FUNC))
-                for v in vllm_excerpts.carried()] + ([("venv", VENV_GATE.read_text())] if VENV_GATE.is_file() else [])
+GATE_SOURCES = [
+    (v, vllm_excerpts.Release(v, vllm_excerpts.load(v)).get("vllm/platforms/rocm.py", patches.GATE_FUNC))
+    for v in vllm_excerpts.carried()
+] + ([("venv", VENV_GATE.read_text())] if VENV_GATE.is_file() else [])
 
 
 @pytest.mark.parametrize("release,src", GATE_SOURCES, ids=[v for v, _ in GATE_SOURCES])
@@ -66,8 +69,15 @@ def test_widened_gate_changes_only_the_gqa_lower_bound(release, src):
         original = patches.build_widened(_compile_unmodified(src, path), _namespace(gfx1x))
         assert widened.cache_info().currsize == 0  # cached like the original
         differ = []
-        grid = itertools.product((torch.bfloat16, torch.float16, torch.float32), (64, 128), (16, 32),
-                                 (1, 2, 3, 4, 16, 17), (1024, 200_000), (0, 1024), ("auto", "fp8"))
+        grid = itertools.product(
+            (torch.bfloat16, torch.float16, torch.float32),
+            (64, 128),
+            (16, 32),
+            (1, 2, 3, 4, 16, 17),
+            (1024, 200_000),
+            (0, 1024),
+            ("auto", "fp8"),
+        )
         for q, h, b, g, m, sw, kv in grid:
             w, o = widened(q, h, b, g, m, sw, kv, None, None), original(q, h, b, g, m, sw, kv, None, None)
             if w != o:
@@ -86,8 +96,11 @@ def test_widened_gate_refuses_a_changed_source():
     src = VENV_GATE.read_text().replace("gqa_ratio >= 3", "gqa_ratio >= 4")
     with pytest.raises(patches.PatchError, match=r"vLLM 9\.9\.9 has 0 comparisons 'gqa_ratio >= 3'"):
         patches.compile_widened(src, "rocm.py", "9.9.9")
-    with pytest.raises(patches.PatchError, match=r"target vllm\.platforms\.rocm\.use_rocm_custom_paged_attention "
-                                                 r"does not exist in vLLM 9\.9\.9"):
+    with pytest.raises(
+        patches.PatchError,
+        match=r"target vllm\.platforms\.rocm\.use_rocm_custom_paged_attention "
+        r"does not exist in vLLM 9\.9\.9",
+    ):
         patches.compile_widened("def other():\n    pass\n", "rocm.py", "9.9.9")
 
 
@@ -99,8 +112,17 @@ def fresh_gate(monkeypatch):
     fake.__spec__ = types.SimpleNamespace(name=patches.GATE_MODULE)
 
     @functools.cache
-    def use_rocm_custom_paged_attention(qtype, head_size, block_size, gqa_ratio, max_seq_len,
-                                        sliding_window, kv_cache_dtype, alibi_slopes=None, sinks=None):
+    def use_rocm_custom_paged_attention(
+        qtype,
+        head_size,
+        block_size,
+        gqa_ratio,
+        max_seq_len,
+        sliding_window,
+        kv_cache_dtype,
+        alibi_slopes=None,
+        sinks=None,
+    ):
         return gqa_ratio >= 3
 
     fake.use_rocm_custom_paged_attention = use_rocm_custom_paged_attention
@@ -147,8 +169,7 @@ def test_gate_always_off_in_process_and_observed(fresh_gate):
 
 def test_user_patch_errors_name_the_target_and_version(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "e2e_test_userpatch.py").write_text(
-        "def boom():\n    raise RuntimeError('target x.y.z is gone')\n")
+    (tmp_path / "e2e_test_userpatch.py").write_text("def boom():\n    raise RuntimeError('target x.y.z is gone')\n")
     version = patches.vllm_version()
     with pytest.raises(patches.PatchError, match=rf"module 'e2e_no_such_mod' is not importable.*vLLM {version}"):
         patches.apply_patches(["e2e_no_such_mod:install"])
@@ -165,6 +186,7 @@ def test_post_import_hook_runs_on_first_import_and_at_once_after(tmp_path, monke
     assert hooks.when_imported("e2e_hook_target", lambda m: got.append(m.VALUE)) is False
     assert got == [] and "e2e_hook_target" in hooks.pending()
     import e2e_hook_target  # noqa: F401
+
     assert got == [1] and "e2e_hook_target" not in hooks.pending()
     assert hooks.when_imported("e2e_hook_target", lambda m: got.append(2)) is True
     assert got == [1, 2]
@@ -187,9 +209,16 @@ class _FakeKernel:
 
 def _layer(name, sw=None):
     backend = types.SimpleNamespace(get_name=lambda: "FAKE_ATTN")
-    return types.SimpleNamespace(layer_name=name, head_size=128, num_heads=32, num_kv_heads=16,
-                                 sliding_window=sw, dtype=torch.bfloat16, kv_cache_dtype="auto",
-                                 attn_backend=backend)
+    return types.SimpleNamespace(
+        layer_name=name,
+        head_size=128,
+        num_heads=32,
+        num_kv_heads=16,
+        sliding_window=sw,
+        dtype=torch.bfloat16,
+        kv_cache_dtype="auto",
+        attn_backend=backend,
+    )
 
 
 def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeypatch):
@@ -207,9 +236,15 @@ def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeyp
         assert impl.forward(slide, None, None, None, cache, "md") == "ran"
         assert impl.forward(slide, None, None, None, cache, None) == "ran"  # a profiling run: not counted
         rec.current = rec.layer_keys[id(glob)] if id(glob) in rec.layer_keys else rec.layer_class(glob, impl, cache)
-        mod.kernel_paged_attention_2d[(1, 16)](query_ptr=q, key_cache_ptr=q, num_query_heads=32,
-                                               num_queries_per_kv=2, HEAD_SIZE=128, PHYSICAL_BLOCK_SIZE=16,
-                                               SLIDING_WINDOW=0)
+        mod.kernel_paged_attention_2d[(1, 16)](
+            query_ptr=q,
+            key_cache_ptr=q,
+            num_query_heads=32,
+            num_queries_per_kv=2,
+            HEAD_SIZE=128,
+            PHYSICAL_BLOCK_SIZE=16,
+            SLIDING_WINDOW=0,
+        )
         rec.gate_call((torch.bfloat16, 128, 16, 2, 100, 0, "auto", None, None), {}, False)
         rec.current = recorder.NO_LAYER
         impl.forward(glob, None, None, None, cache, attn_metadata="md")
@@ -224,20 +259,32 @@ def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeyp
     glob_key = next(k for k in keys if "sw-" in k)
     assert r["layers"][glob_key]["geometry"]["block_size"] == 16
     counts = {(c["layer_class"], c["path"]): c["n"] for c in r["counts"]}
-    assert counts == {(slide_key, "forward:_FakeImpl"): 3, (glob_key, "forward:_FakeImpl"): 3,
-                      (glob_key, "triton_paged_attention_2d"): 3}
+    assert counts == {
+        (slide_key, "forward:_FakeImpl"): 3,
+        (glob_key, "forward:_FakeImpl"): 3,
+        (glob_key, "triton_paged_attention_2d"): 3,
+    }
     tri = next(c for c in r["counts"] if c["path"] == "triton_paged_attention_2d")
     assert tri["kernel_args"] == "h128 q32/kv16 bs16 sw- bfloat16 kv:bfloat16"
     (g,) = r["gate_calls"]
     assert g["answer"] is False and g["gqa_ratio"] == 2 and g["n"] == 3 and g["layer_class"] == glob_key
     assert r["model_steps"] == 3 and len(r["steps"]) == 3
-    assert r["steps"][0][1] == {f"{slide_key}|forward:_FakeImpl": 1, f"{glob_key}|forward:_FakeImpl": 1,
-                                f"{glob_key}|triton_paged_attention_2d": 1, f"{glob_key}|gate:False": 1}
+    assert r["steps"][0][1] == {
+        f"{slide_key}|forward:_FakeImpl": 1,
+        f"{glob_key}|forward:_FakeImpl": 1,
+        f"{glob_key}|triton_paged_attention_2d": 1,
+        f"{glob_key}|gate:False": 1,
+    }
 
 
-@pytest.mark.parametrize("mode,eager,note", [("FULL_AND_PIECEWISE", False, recorder.GRAPH_NOTE_FULL),
-                                             ("PIECEWISE", False, recorder.GRAPH_NOTE_EAGER),
-                                             ("FULL_AND_PIECEWISE", True, recorder.GRAPH_NOTE_EAGER)])
+@pytest.mark.parametrize(
+    "mode,eager,note",
+    [
+        ("FULL_AND_PIECEWISE", False, recorder.GRAPH_NOTE_FULL),
+        ("PIECEWISE", False, recorder.GRAPH_NOTE_EAGER),
+        ("FULL_AND_PIECEWISE", True, recorder.GRAPH_NOTE_EAGER),
+    ],
+)
 def test_record_says_where_counts_come_from(mode, eager, note):
     rec = recorder.Recorder(None, "a")
     rec.info.update(cudagraph_mode=mode, enforce_eager=eager)
@@ -245,29 +292,74 @@ def test_record_says_where_counts_come_from(mode, eager, note):
 
 
 # -- folding records and refusing cells ------------------------------------------------------------
-def _record(role, pid, patches_applied=(), rank=None, runs_model=False, tp_size=None, counts=(), layers=None,
-            gate_calls=(), error=None, mode="NONE"):
-    return {"schema": recorder.SCHEMA, "arm": "widened", "role": role, "rank": rank, "pid": pid,
-            "process_name": role, "runs_model": runs_model, "tp_size": tp_size, "error": error,
-            "patches_requested": ["widened-gfx11-gate"], "patches_applied": list(patches_applied),
-            "cudagraph_mode": mode if runs_model else None, "enforce_eager": False,
-            "counts_note": recorder.GRAPH_NOTE_FULL if runs_model else None, "routing_mode": "aggregate",
-            "layers": layers or {}, "counts": list(counts), "gate_calls": list(gate_calls),
-            "final": True, "written_unix": time.time(), "flush_s": 1.0}
+def _record(
+    role,
+    pid,
+    patches_applied=(),
+    rank=None,
+    runs_model=False,
+    tp_size=None,
+    counts=(),
+    layers=None,
+    gate_calls=(),
+    error=None,
+    mode="NONE",
+):
+    return {
+        "schema": recorder.SCHEMA,
+        "arm": "widened",
+        "role": role,
+        "rank": rank,
+        "pid": pid,
+        "process_name": role,
+        "runs_model": runs_model,
+        "tp_size": tp_size,
+        "error": error,
+        "patches_requested": ["widened-gfx11-gate"],
+        "patches_applied": list(patches_applied),
+        "cudagraph_mode": mode if runs_model else None,
+        "enforce_eager": False,
+        "counts_note": recorder.GRAPH_NOTE_FULL if runs_model else None,
+        "routing_mode": "aggregate",
+        "layers": layers or {},
+        "counts": list(counts),
+        "gate_calls": list(gate_calls),
+        "final": True,
+        "written_unix": time.time(),
+        "flush_s": 1.0,
+    }
 
 
-SW, GL = "RocmAttentionImpl h128 q16/kv8 sw1024 bs16 bfloat16 kv:auto", "RocmAttentionImpl h128 q16/kv8 sw- bs16 bfloat16 kv:auto"
+SW, GL = (
+    "RocmAttentionImpl h128 q16/kv8 sw1024 bs16 bfloat16 kv:auto",
+    "RocmAttentionImpl h128 q16/kv8 sw- bs16 bfloat16 kv:auto",
+)
 
 
 def _worker(rank, path):
-    layers = {SW: {"geometry": {"sliding_window": 1024}, "layers": [f"l{i}" for i in range(10)]},
-              GL: {"geometry": {"sliding_window": None}, "layers": ["l5", "l11"]}}
-    counts = [{"layer_class": SW, "path": "forward:RocmAttentionImpl", "kernel_args": "", "n": 100},
-              {"layer_class": SW, "path": "triton_paged_attention_2d", "kernel_args": "h128 q16/kv8", "n": 90},
-              {"layer_class": GL, "path": "forward:RocmAttentionImpl", "kernel_args": "", "n": 20},
-              {"layer_class": GL, "path": path, "kernel_args": "h128 q16/kv8", "n": 18}]
-    gate = [{"layer_class": GL, "qtype": "bfloat16", "head_size": 128, "block_size": 16, "gqa_ratio": 2,
-             "sliding_window": 0, "kv_cache_dtype": "auto", "answer": path == "rocm_custom_op", "n": 18}]
+    layers = {
+        SW: {"geometry": {"sliding_window": 1024}, "layers": [f"l{i}" for i in range(10)]},
+        GL: {"geometry": {"sliding_window": None}, "layers": ["l5", "l11"]},
+    }
+    counts = [
+        {"layer_class": SW, "path": "forward:RocmAttentionImpl", "kernel_args": "", "n": 100},
+        {"layer_class": SW, "path": "triton_paged_attention_2d", "kernel_args": "h128 q16/kv8", "n": 90},
+        {"layer_class": GL, "path": "forward:RocmAttentionImpl", "kernel_args": "", "n": 20},
+        {"layer_class": GL, "path": path, "kernel_args": "h128 q16/kv8", "n": 18},
+    ]
+    gate = [
+        {
+            "layer_class": GL,
+            "qtype": "bfloat16",
+            "head_size": 128,
+            "block_size": 16,
+            "gqa_ratio": 2,
+            "sliding_window": 0,
+            "kv_cache_dtype": "auto",
+            "answer": path == "rocm_custom_op",
+            "n": 18,
+        }
+    ]
     return _record("Worker", 100 + rank, ["widened-gfx11-gate"], rank, True, 2, counts, layers, gate)
 
 
@@ -282,9 +374,15 @@ ARM = ArmCfg(name="widened", patches=("widened-gfx11-gate",))
 
 
 def test_fold_gives_each_layer_class_its_path_and_processes(tmp_path):
-    d = _write(tmp_path, [_record("APIServer", 1, ["widened-gfx11-gate"]),
-                          _record("EngineCore", 2, ["widened-gfx11-gate"]),
-                          _worker(0, "rocm_custom_op"), _worker(1, "rocm_custom_op")])
+    d = _write(
+        tmp_path,
+        [
+            _record("APIServer", 1, ["widened-gfx11-gate"]),
+            _record("EngineCore", 2, ["widened-gfx11-gate"]),
+            _worker(0, "rocm_custom_op"),
+            _worker(1, "rocm_custom_op"),
+        ],
+    )
     routing_ = folding.fold_records(d, ARM, wait_s=0)
     assert routing_["n_processes"] == 4 and routing_["arm"] == "widened"
     by = {c["layer_class"]: c for c in routing_["layer_classes"]}
@@ -310,12 +408,18 @@ def test_patch_problem_refuses_cells_that_did_not_run_the_arm(tmp_path):
     w0, w1 = _worker(0, "triton_paged_attention_2d"), _worker(1, "triton_paged_attention_2d")
     assert problem([]) == "no plugin records arrived: patches ['widened-gfx11-gate'] not proven applied"
     assert problem([], ArmCfg(name="stock")) is None
-    assert problem([_record("APIServer", 1, []), w0, w1]) == \
-        "patches ['widened-gfx11-gate'] not applied in APIServer pid 1"
-    assert problem([_record("APIServer", 1, ["widened-gfx11-gate"])]) == \
-        "patches ['widened-gfx11-gate']: no record from a process that runs the model (worker)"
-    assert problem([_record("APIServer", 1, ["widened-gfx11-gate"]), w0]) == \
-        "patches ['widened-gfx11-gate']: records from ranks [0] of tensor-parallel size 2"
+    assert (
+        problem([_record("APIServer", 1, []), w0, w1])
+        == "patches ['widened-gfx11-gate'] not applied in APIServer pid 1"
+    )
+    assert (
+        problem([_record("APIServer", 1, ["widened-gfx11-gate"])])
+        == "patches ['widened-gfx11-gate']: no record from a process that runs the model (worker)"
+    )
+    assert (
+        problem([_record("APIServer", 1, ["widened-gfx11-gate"]), w0])
+        == "patches ['widened-gfx11-gate']: records from ranks [0] of tensor-parallel size 2"
+    )
     broken = _record("EngineCore", 2, [], error="e2e plugin: patch 'x:y' ...")
     assert problem([broken], ArmCfg(name="stock")) == "plugin failed in EngineCore pid 2: e2e plugin: patch 'x:y' ..."
 
@@ -331,11 +435,16 @@ def test_fold_waits_for_a_flush_then_marks_a_silent_process_stale(tmp_path):
 
 
 # -- the environment and the entry-point shim -------------------------------------------------------
-CFG = {"model": {"path": "m"}, "workload": {"depths": [128]},
-       "server": {"env": {"PYTHONPATH": "/server/path"}},
-       "arms": [{"name": "a", "patches": ["widened-gfx11-gate"], "env": {"PYTHONPATH": "/arm/path"}},
-                {"name": "b", "env": {"VLLM_PLUGINS": "other", "E2E_ROUTING_MODE": "per-step"}},
-                {"name": "c", "env": {"E2E_ROUTING_MODE": "sometimes"}}]}
+CFG = {
+    "model": {"path": "m"},
+    "workload": {"depths": [128]},
+    "server": {"env": {"PYTHONPATH": "/server/path"}},
+    "arms": [
+        {"name": "a", "patches": ["widened-gfx11-gate"], "env": {"PYTHONPATH": "/arm/path"}},
+        {"name": "b", "env": {"VLLM_PLUGINS": "other", "E2E_ROUTING_MODE": "per-step"}},
+        {"name": "c", "env": {"E2E_ROUTING_MODE": "sometimes"}},
+    ],
+}
 
 
 def test_plugin_env_keeps_pythonpath_and_allow_list(tmp_path):
@@ -373,8 +482,9 @@ _PROBE = textwrap.dedent("""
 
 def _probe(python: str, env_extra: dict[str, str]) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2E_") and k != "PYTHONPATH"}
-    r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env={**env, **env_extra},
-                       timeout=300, cwd="/")
+    r = subprocess.run(
+        [python, "-c", _PROBE], capture_output=True, text=True, env={**env, **env_extra}, timeout=300, cwd="/"
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -426,7 +536,6 @@ def test_second_interpreter_loads_the_plugin_through_the_shim(second_python, tmp
     assert rec["plugin_dist"].startswith(str(launch.shim_dir()))
 
 
-
 def test_slow_decode_patch_delays_only_calls_that_run_tokens(monkeypatch):
     """The validation's known slowdown: a 30 ms sleep per step that runs tokens, none for the empty
     schedules vLLM's batch queue also sends (they made a 30 ms delay cost ~40 ms per token)."""
@@ -436,8 +545,11 @@ def test_slow_decode_patch_delays_only_calls_that_run_tokens(monkeypatch):
     from tests.patches import slow_decode
 
     events = []  # the runner's calls and the patch's sleeps, in order (no clock: nothing to flake)
-    monkeypatch.setattr(cpu_model_runner.CPUModelRunner, "execute_model",
-                        lambda self, sched, *a: events.append(("run", sched.total_num_scheduled_tokens)) or "out")
+    monkeypatch.setattr(
+        cpu_model_runner.CPUModelRunner,
+        "execute_model",
+        lambda self, sched, *a: events.append(("run", sched.total_num_scheduled_tokens)) or "out",
+    )
     monkeypatch.setattr(slow_decode.time, "sleep", lambda s: events.append(("sleep", s)))
     monkeypatch.setenv("E2E_TEST_DELAY_MS", "50")
     slow_decode.install()
@@ -455,14 +567,25 @@ def test_slow_decode_patch_can_switch_its_delay_on_after_n_steps(monkeypatch, ca
     from tests.patches import slow_decode
 
     events = []
-    monkeypatch.setattr(cpu_model_runner.CPUModelRunner, "execute_model",
-                        lambda self, sched, *a: events.append(("run", sched.total_num_scheduled_tokens)))
+    monkeypatch.setattr(
+        cpu_model_runner.CPUModelRunner,
+        "execute_model",
+        lambda self, sched, *a: events.append(("run", sched.total_num_scheduled_tokens)),
+    )
     monkeypatch.setattr(slow_decode.time, "sleep", lambda s: events.append(("sleep", s)))
     monkeypatch.setenv("E2E_TEST_DELAY_MS", "50")
     monkeypatch.setenv("E2E_TEST_DELAY_AFTER_STEPS", "2")
     slow_decode.install()
     for n in (1, 0, 1, 1, 0, 1):
         cpu_model_runner.CPUModelRunner.execute_model(None, SimpleNamespace(total_num_scheduled_tokens=n))
-    assert events == [("run", 1), ("run", 0), ("run", 1), ("sleep", 0.05), ("run", 1), ("run", 0),
-                      ("sleep", 0.05), ("run", 1)]
+    assert events == [
+        ("run", 1),
+        ("run", 0),
+        ("run", 1),
+        ("sleep", 0.05),
+        ("run", 1),
+        ("run", 0),
+        ("sleep", 0.05),
+        ("run", 1),
+    ]
     assert "slow_decode: delay on from step 3" in capsys.readouterr().out

@@ -7,6 +7,7 @@ so its record never appeared. Each case runs the real plugin (register()) in a f
 the stand-in `vllm` package of test_recorder_versions, forks a child the way vLLM does
 (multiprocessing's fork context, a named Process), and folds the records with the function a cell uses.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ import sys
 
 import pytest
 
-from e2e import routing
-from e2e.config import ArmCfg
+from e2e.design.config import ArmCfg
 from e2e.plugin import contract as pc
+from e2e.rundir import routing
 from tests.test_recorder_versions import FAKE_ATTENTION, NEW_LAYOUT, ROOT, RUNNER_OK, V1_RUNNER, _fake_vllm
 
 # The parent poses as vLLM's API server (register() at start); the child as its engine core, which
@@ -60,10 +61,21 @@ if __name__ == "__main__":
 def test_a_forked_engine_core_writes_its_own_record(tmp_path, import_first):
     fake = _fake_vllm(tmp_path / "fake", "0.26.0", NEW_LAYOUT, FAKE_ATTENTION, RUNNER_OK)
     records = tmp_path / "records"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
-           pc.ENV_ARM: "stock", pc.ENV_RECORD_DIR: str(records), pc.ENV_FLUSH_S: "30"}
-    r = subprocess.run([sys.executable, "-c", FORKING_SERVER, NEW_LAYOUT, V1_RUNNER, "1" if import_first else ""],
-                       env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]),
+        pc.ENV_ON: "1",
+        pc.ENV_ARM: "stock",
+        pc.ENV_RECORD_DIR: str(records),
+        pc.ENV_FLUSH_S: "30",
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", FORKING_SERVER, NEW_LAYOUT, V1_RUNNER, "1" if import_first else ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     child = int(r.stdout.split()[-1])
 
@@ -85,4 +97,3 @@ def test_a_forked_engine_core_writes_its_own_record(tmp_path, import_first):
     assert folded["warnings"] == []
     (lc,) = folded["layer_classes"]
     assert lc["paths"] == {"forward:FakeImpl": 12} and lc["n_layers"] == 3
-

@@ -4,6 +4,7 @@ not found on which version, never hand back an empty routing table as if it were
 Each case runs the real plugin (register()) in a fresh interpreter posing as a vLLM worker, over a
 stand-in `vllm` package laid out like some version; the records it writes are folded by the same
 function a cell uses. A live server process that wrote no record is found by its environment."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import routing
-from e2e.config import ArmCfg
+from e2e.design.config import ArmCfg
 from e2e.plugin import contract as pc
+from e2e.rundir import routing
 from tests.support import vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,13 +79,19 @@ V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
 V2_RUNNER = "vllm.v1.worker.gpu.model_runner"  # vLLM 0.26 on a GPU ("Using V2 Model Runner")
 
 
-def _fake_vllm(root: Path, version: str, attention_at: str, attention_src: str, runner_src: str,
-               runner_at: str = V1_RUNNER) -> Path:
-    files = {"vllm/__init__.py": f"__version__ = {version!r}\n", "vllm/config.py": FAKE_CONFIG,
-             "vllm/distributed/__init__.py": "", "vllm/distributed/parallel_state.py": FAKE_PARALLEL,
-             "vllm/v1/__init__.py": "", "vllm/v1/worker/__init__.py": "",
-             runner_at.replace(".", "/") + ".py": runner_src,
-             attention_at.replace(".", "/") + ".py": attention_src}
+def _fake_vllm(
+    root: Path, version: str, attention_at: str, attention_src: str, runner_src: str, runner_at: str = V1_RUNNER
+) -> Path:
+    files = {
+        "vllm/__init__.py": f"__version__ = {version!r}\n",
+        "vllm/config.py": FAKE_CONFIG,
+        "vllm/distributed/__init__.py": "",
+        "vllm/distributed/parallel_state.py": FAKE_PARALLEL,
+        "vllm/v1/__init__.py": "",
+        "vllm/v1/worker/__init__.py": "",
+        runner_at.replace(".", "/") + ".py": runner_src,
+        attention_at.replace(".", "/") + ".py": attention_src,
+    }
     for rel, text in files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -95,15 +102,29 @@ def _fake_vllm(root: Path, version: str, attention_at: str, attention_src: str, 
     return root
 
 
-def _serve(tmp_path: Path, version: str, attention_at: str, attention_src: str, runner_src: str,
-           arm: ArmCfg = ArmCfg(name="stock"), runner_at: str = V1_RUNNER) -> dict:
+def _serve(
+    tmp_path: Path,
+    version: str,
+    attention_at: str,
+    attention_src: str,
+    runner_src: str,
+    arm: ArmCfg = ArmCfg(name="stock"),
+    runner_at: str = V1_RUNNER,
+) -> dict:
     fake = _fake_vllm(tmp_path / "fake", version, attention_at, attention_src, runner_src, runner_at)
     records = tmp_path / "records"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
-           pc.ENV_ARM: arm.name, pc.ENV_PATCHES: ",".join(arm.patches), pc.ENV_RECORD_DIR: str(records),
-           pc.ENV_FLUSH_S: "30"}
-    r = subprocess.run([sys.executable, "-c", WORKER, attention_at, runner_at], env=env, capture_output=True,
-                       text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]),
+        pc.ENV_ON: "1",
+        pc.ENV_ARM: arm.name,
+        pc.ENV_PATCHES: ",".join(arm.patches),
+        pc.ENV_RECORD_DIR: str(records),
+        pc.ENV_FLUSH_S: "30",
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", WORKER, attention_at, runner_at], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return routing.fold_records(records, arm, wait_s=0)
 
@@ -162,8 +183,10 @@ def test_each_gpu_release_layout_gives_complete_records(tmp_path, version, atten
 def test_a_steps_hook_that_never_fires_is_named(tmp_path):
     # A release whose worker steps through another method: execute_model exists (hooked) but is
     # never called, so per-step counts would be silently empty.
-    runner = ("WORKER_CALLS = 'execute_model_async'\nclass GPUModelRunner:\n"
-              "    def execute_model(self):\n        return 1\n    def execute_model_async(self):\n        return 2\n")
+    runner = (
+        "WORKER_CALLS = 'execute_model_async'\nclass GPUModelRunner:\n"
+        "    def execute_model(self):\n        return 1\n    def execute_model_async(self):\n        return 2\n"
+    )
     folded = _serve(tmp_path, "9.9.3", NEW_LAYOUT, FAKE_ATTENTION, runner)
     (w,) = folded["warnings"]
     assert w.startswith("hook 'steps' (the model runner's step") and "(vLLM 9.9.3)" in w
@@ -176,12 +199,17 @@ def test_hooks_that_do_not_match_the_version_are_named_not_an_empty_table(tmp_pa
     runner = "class GPUModelRunner:\n    def execute(self):\n        return 1\n"
     folded = _serve(tmp_path, "9.9.0", NEW_LAYOUT, renamed, runner)
     assert folded["layer_classes"] == []  # nothing was counted ...
-    warnings = folded["warnings"]         # ... and the fold says exactly why, per hook and version
+    warnings = folded["warnings"]  # ... and the fold says exactly why, per hook and version
     label = f"Worker rank 0 pid {folded['processes'][0]['pid']} (vLLM 9.9.0)"
-    assert any(w.startswith(f"hook 'attention' (the attention layer") and label in w
-               and f"missing: {NEW_LAYOUT} has no class Attention" in w for w in warnings), warnings
-    assert any(w.startswith("hook 'steps'") and label in w and "has no GPUModelRunner.execute_model" in w
-               for w in warnings), warnings
+    assert any(
+        w.startswith("hook 'attention' (the attention layer")
+        and label in w
+        and f"missing: {NEW_LAYOUT} has no class Attention" in w
+        for w in warnings
+    ), warnings
+    assert any(
+        w.startswith("hook 'steps'") and label in w and "has no GPUModelRunner.execute_model" in w for w in warnings
+    ), warnings
     assert any(w.startswith("hook 'attention_forward'") and label in w for w in warnings), warnings
     assert folded["hooks"]["attention"]["found"] == {}
     assert any("! routing: hook 'attention'" in line for line in routing.routing_summary(folded))
@@ -199,16 +227,25 @@ def test_a_live_server_process_without_a_record_is_named(tmp_path):
     records = tmp_path / "records"
     records.mkdir()
     # The API server's record arrived (patch applied); another process of the server wrote none.
-    (records / "APIServer-1.json").write_text(json.dumps({
-        "schema": pc.RECORD_SCHEMA, "role": "APIServer", "pid": 1, "vllm_version": "0.30.0", "final": True,
-        "patches_applied": ["widened-gfx11-gate"], "written_unix": time.time()}))
+    (records / "APIServer-1.json").write_text(
+        json.dumps(
+            {
+                "schema": pc.RECORD_SCHEMA,
+                "role": "APIServer",
+                "pid": 1,
+                "vllm_version": "0.30.0",
+                "final": True,
+                "patches_applied": ["widened-gfx11-gate"],
+                "written_unix": time.time(),
+            }
+        )
+    )
     env = {**os.environ, pc.ENV_RECORD_DIR: str(records)}
     # A process of "the server" (same E2E_RECORD_DIR) in which the plugin never loaded.
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # spawn_main stand-in"], env=env)
     # vLLM retitles its engine core and workers: the command line is then VLLM::EngineCore.
     q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # VLLM::EngineCore"], env=env)
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # resource_tracker"],
-                                 env=env)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # resource_tracker"], env=env)
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not {p.pid, q.pid} <= set(routing.serving_processes(records) or {}):
@@ -216,8 +253,10 @@ def test_a_live_server_process_without_a_record_is_named(tmp_path):
         arm = ArmCfg(name="widened", patches=("widened-gfx11-gate",))
         folded = routing.fold_records(records, arm, wait_s=0)
         assert [u["pid"] for u in folded["unrecorded_processes"]] == sorted([p.pid, q.pid])  # not the tracker
-        assert any(w.startswith(f"vLLM 0.30.0: live server process pid {p.pid} wrote no routing record")
-                   for w in folded["warnings"]), folded["warnings"]
+        assert any(
+            w.startswith(f"vLLM 0.30.0: live server process pid {p.pid} wrote no routing record")
+            for w in folded["warnings"]
+        ), folded["warnings"]
         assert f"pid {p.pid} (no record)" in routing.patch_problem(folded, arm)
     finally:
         for proc in (p, q, bystander):
@@ -229,10 +268,21 @@ def test_a_live_server_process_without_a_record_is_named(tmp_path):
 @pytest.mark.parametrize("patch", ["tests.patches.nope:install", "tests.patches.marker:no_such_function"])
 def test_a_patch_target_missing_on_the_version_fails_register_with_the_version(tmp_path, patch):
     fake = _fake_vllm(tmp_path / "fake", "9.9.2", NEW_LAYOUT, FAKE_ATTENTION, RUNNER_OK)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]), pc.ENV_ON: "1",
-           pc.ENV_ARM: "x", pc.ENV_PATCHES: patch, pc.ENV_RECORD_DIR: str(tmp_path / "r")}
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKER), NEW_LAYOUT, V1_RUNNER], env=env,
-                       capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)]),
+        pc.ENV_ON: "1",
+        pc.ENV_ARM: "x",
+        pc.ENV_PATCHES: patch,
+        pc.ENV_RECORD_DIR: str(tmp_path / "r"),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WORKER), NEW_LAYOUT, V1_RUNNER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("e2e plugin:"))
     assert f"patch {patch!r}" in line and "vLLM 9.9.2" in line and "[Worker pid" in line

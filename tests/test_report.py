@@ -1,4 +1,5 @@
-"""Reports, compare and history on run folders built with e2e.store from constructed rows."""
+"""Reports, compare and history on run folders built with e2e.rundir.store from constructed rows."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,9 +8,11 @@ import json
 
 import pytest
 
-from e2e import compare, history, report, verdicts
 from e2e.errors import UserError
-from e2e.store import CELLS, RunStore
+from e2e.report import compare, history
+from e2e.report import write as report
+from e2e.rundir.store import CELLS, RunStore
+from e2e.stats import verdicts
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 
@@ -32,10 +35,18 @@ def test_write_report_files_and_decisions(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 8 and all(r["schema_version"] == str(report.SCHEMA_VERSION) for r in rows)
     md = (run / "report.md").read_text()
-    for needle in ("0.26.0", "NVIDIA H200", "gemma-3-27b-it-w4a16", "| tensor parallel | 2 |",
-                   "torch.compile + CUDA graphs", "**slower**", "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |",
-                   f"schema_version {report.SCHEMA_VERSION}",
-                   "At most", "Floor unavailable: model folder"):
+    for needle in (
+        "0.26.0",
+        "NVIDIA H200",
+        "gemma-3-27b-it-w4a16",
+        "| tensor parallel | 2 |",
+        "torch.compile + CUDA graphs",
+        "**slower**",
+        "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |",
+        f"schema_version {report.SCHEMA_VERSION}",
+        "At most",
+        "Floor unavailable: model folder",
+    ):
         assert needle in md, needle
     assert "RANDOM-WEIGHT TWIN" not in md
 
@@ -51,13 +62,19 @@ def test_aa_run_with_tight_servers_is_equivalent(tmp_path):
 
 
 def test_failed_missing_one_pass_and_three_arms(tmp_path):
-    run = make_run(tmp_path / "r", {"ref": 2.0, "x": 2.0, "y": 3.0}, passes=1, between=0.002,
-                   failed={"p1-d1024-x"}, missing={"p1-d8192-y"})
+    run = make_run(
+        tmp_path / "r",
+        {"ref": 2.0, "x": 2.0, "y": 3.0},
+        passes=1,
+        between=0.002,
+        failed={"p1-d1024-x"},
+        missing={"p1-d8192-y"},
+    )
     report.write_report(run)
     s = json.loads((run / "summary.json").read_text())
     pooled = {(c["arm"], c["depth"]): c for c in s["comparisons"] if c["scope"] == "pooled"}
-    assert pooled[("x", 1024)]["decision"] == verdicts.NODATA          # its only cell failed
-    assert pooled[("y", 8192)]["decision"] == verdicts.NODATA          # never ran
+    assert pooled[("x", 1024)]["decision"] == verdicts.NODATA  # its only cell failed
+    assert pooled[("y", 8192)]["decision"] == verdicts.NODATA  # never ran
     # one server per arm: a 50 % slower arm is still not decided from one server each
     assert pooled[("y", 1024)]["decision"] == verdicts.INSUFFICIENT_REPLICATION
     assert pooled[("y", 1024)]["ratio"] == pytest.approx(1.5, rel=0.02)
@@ -76,9 +93,20 @@ def test_failed_missing_one_pass_and_three_arms(tmp_path):
 def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "model_type": "llama"}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "vocab_size": 1000,
+                "model_type": "llama",
+            }
+        )
+    )
     run = make_run(tmp_path / "r", {"stock": 2.0}, model=str(model), twin_of="google/gemma-3-27b-it")
     (run / "gsm8k").mkdir()
     # the committed demo's sign-off summary: report.md shows it as tables, never as a JSON dump
@@ -87,8 +115,10 @@ def test_twin_gsm8k_and_roofline_with_a_model_folder(tmp_path):
     md = (run / "report.md").read_text()
     assert "RANDOM-WEIGHT TWIN" in md and "google/gemma-3-27b-it" in md
     assert "**Verdict: inconclusive**" in md and "```" not in md
-    assert ("| AB: stock/r1 vs widened/r1 | gsm8k_cot_offline / strict-match (primary) | 10 | 0.0 | 0.0 | "
-            "+0.0 [-27.8, +27.8] | +27.1 | 0 | 0 | 1 | 0 | inconclusive |") in md
+    assert (
+        "| AB: stock/r1 vs widened/r1 | gsm8k_cot_offline / strict-match (primary) | 10 | 0.0 | 0.0 | "
+        "+0.0 [-27.8, +27.8] | +27.1 | 0 | 0 | 1 | 0 | inconclusive |"
+    ) in md
     s = json.loads((run / "summary.json").read_text())
     rf = s["roofline"]
     assert rf["available"] and rf["bandwidth_gbps"] == 4800
@@ -115,9 +145,20 @@ def test_the_floor_survives_without_the_model_folder(tmp_path):
 
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "model_type": "llama"}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "vocab_size": 1000,
+                "model_type": "llama",
+            }
+        )
+    )
     run = make_run(tmp_path / "r", {"stock": 2.0}, model=str(model))
     with RunStore(run) as store:
         store.save_model_config(str(model))
@@ -131,8 +172,13 @@ def test_start_phases_table_from_the_cells_rows(tmp_path):
     without phases (a shared server's later cell, an old run) is left out, not shown as zeros."""
     root = make_run(tmp_path / "r", {"stock": 10.0, "widened": 10.0}, depths=(1024,), passes=1)
     rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
-    rows[0]["startup_phases"] = {"total_logged_s": 70.0, "compile_s": 54.0, "compile_cache": "miss",
-                                 "graph_capture_s": 9.0, "weights_s": 5.0}
+    rows[0]["startup_phases"] = {
+        "total_logged_s": 70.0,
+        "compile_s": 54.0,
+        "compile_cache": "miss",
+        "graph_capture_s": 9.0,
+        "weights_s": 5.0,
+    }
     (root / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     report.write_report(root)
     s = json.loads((root / "summary.json").read_text())
@@ -183,10 +229,22 @@ def test_compare_cannot_decide_exits_3(tmp_path):
     one = make_run(tmp_path / "one", {"stock": 2.0, "widened": 1.8}, passes=1, seed=2)
     assert _compare(a, one) == compare.CANNOT_DECIDE
     only_stock = make_run(tmp_path / "only", {"stock": 2.0}, seed=3, between=0.003)
-    assert _compare(a, only_stock) == compare.CANNOT_DECIDE   # widened is missing from B
-    cells = make_run(tmp_path / "failed", {"stock": 2.0, "widened": 1.8}, seed=4,
-                     failed={"p1-d1024-stock", "p1-d1024-widened", "p1-d8192-stock", "p1-d8192-widened",
-                             "p2-d1024-stock", "p2-d1024-widened", "p2-d8192-stock", "p2-d8192-widened"})
+    assert _compare(a, only_stock) == compare.CANNOT_DECIDE  # widened is missing from B
+    cells = make_run(
+        tmp_path / "failed",
+        {"stock": 2.0, "widened": 1.8},
+        seed=4,
+        failed={
+            "p1-d1024-stock",
+            "p1-d1024-widened",
+            "p1-d8192-stock",
+            "p1-d8192-widened",
+            "p2-d1024-stock",
+            "p2-d1024-widened",
+            "p2-d8192-stock",
+            "p2-d8192-widened",
+        },
+    )
     assert _compare(a, cells) == compare.CANNOT_DECIDE
 
 
@@ -197,8 +255,9 @@ def _cut_short(root, status="running"):
     m["status"] = status
     (root / "manifest.json").write_text(json.dumps(m))
     rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
-    (root / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows
-                                      if not (r["pass"] == 2 and r["arm"] == "stock")))
+    (root / CELLS).write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if not (r["pass"] == 2 and r["arm"] == "stock"))
+    )
 
 
 def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
@@ -206,17 +265,27 @@ def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
     which run is not finished, its status and the planned cells it lacks, and write them to JSON."""
     runs = tmp_path / "runs"
     a = make_run(runs / "a", {"stock": 2.0, "widened": 1.8}, seed=1, between=0.003, passes=4)
-    b = make_run(runs / "b", {"stock": 2.0, "widened": 1.8}, seed=2, between=0.003, passes=4,
-                 vllm="0.27.1", started="2026-11-30T10:00:00")
+    b = make_run(
+        runs / "b",
+        {"stock": 2.0, "widened": 1.8},
+        seed=2,
+        between=0.003,
+        passes=4,
+        vllm="0.27.1",
+        started="2026-11-30T10:00:00",
+    )
     make_run(runs / "c", {"stock": 2.0}, seed=3, between=0.003, vllm="0.28.0")
     _cut_short(b)
     out = tmp_path / "cmp.json"
-    assert _compare(a, b, "--json", str(out)) == 0   # widened and stock still have 2+ servers a side
+    assert _compare(a, b, "--json", str(out)) == 0  # widened and stock still have 2+ servers a side
     printed = " ".join(capsys.readouterr().out.split())
-    assert "RUN NOT FINISHED: b is not finished (status harness-died): 2 of 16 planned cell(s) not run " \
-           "(p2-d1024-stock, p2-d8192-stock)" in printed
+    assert (
+        "RUN NOT FINISHED: b is not finished (status harness-died): 2 of 16 planned cell(s) not run "
+        "(p2-d1024-stock, p2-d8192-stock)" in printed
+    )
     assert json.loads(out.read_text())["unfinished"] == [
-        "b is not finished (status harness-died): 2 of 16 planned cell(s) not run (p2-d1024-stock, p2-d8192-stock)"]
+        "b is not finished (status harness-died): 2 of 16 planned cell(s) not run (p2-d1024-stock, p2-d8192-stock)"
+    ]
     assert _compare(a, make_run(runs / "d", {"stock": 2.0, "widened": 1.8}, seed=4, passes=4)) == 0
     assert "NOT FINISHED" not in capsys.readouterr().out
     p = argparse.ArgumentParser()
@@ -225,7 +294,7 @@ def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
     assert history.history_main(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
     assert "RUN NOT FINISHED: b is not finished" in " ".join(capsys.readouterr().out.split())
     j = json.loads((h / "history.json").read_text())
-    assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1   # c and d: not matched
+    assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
     assert {(r["run"], r["finished"]) for r in j["runs"]} == {("a", True), ("b", False)}
     with open(h / "history.csv") as f:
         assert {(r["run"], r["finished"]) for r in csv.DictReader(f)} == {("a", "True"), ("b", "False")}
@@ -259,7 +328,9 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     # 0.9.2 < 0.26.0 < 0.27.1 < 0.28.0, not string order; two runs a side: run-to-run variation is estimable
     assert order == ["a-old", "m-mid", "z-new", "b-newer"] and not skipped
     assert [(s["depth"], s["after_run"], s["first_run"], s["decision"]) for s in steps] == [
-        (1024, "m-mid", "z-new", verdicts.SLOWER), (8192, "m-mid", "z-new", verdicts.SLOWER)]
+        (1024, "m-mid", "z-new", verdicts.SLOWER),
+        (8192, "m-mid", "z-new", verdicts.SLOWER),
+    ]
     by_date = [r.root.name for r in history.load_runs(runs, "date")[0]]
     assert by_date == ["m-mid", "b-newer", "z-new", "a-old"]
     (runs / "broken").mkdir()
@@ -289,11 +360,28 @@ def test_routing_summary_per_arm_and_layer_class(tmp_path):
     root = make_run(tmp_path / "r", {"stock": 10.0, "widened": 10.0}, depths=(1024,), passes=1)
 
     def rec(path, n):
-        return {"layer_classes": [{"layer_class": "RocmAttentionImpl h128 q16/kv8 sw- bs16", "n_layers": n,
-                                   "path": path, "processes": ["Worker rank 0 pid 1", "Worker rank 1 pid 2"]}],
-                "gate": [{"gqa_ratio": 2, "head_size": 128, "block_size": 16, "sliding_window": 0,
-                          "answer": path == "rocm_custom_op", "processes": ["Worker rank 0 pid 1"]}],
-                "cudagraph_modes": ["FULL_AND_PIECEWISE"]}
+        return {
+            "layer_classes": [
+                {
+                    "layer_class": "RocmAttentionImpl h128 q16/kv8 sw- bs16",
+                    "n_layers": n,
+                    "path": path,
+                    "processes": ["Worker rank 0 pid 1", "Worker rank 1 pid 2"],
+                }
+            ],
+            "gate": [
+                {
+                    "gqa_ratio": 2,
+                    "head_size": 128,
+                    "block_size": 16,
+                    "sliding_window": 0,
+                    "answer": path == "rocm_custom_op",
+                    "processes": ["Worker rank 0 pid 1"],
+                }
+            ],
+            "cudagraph_modes": ["FULL_AND_PIECEWISE"],
+        }
+
     rows = [json.loads(x) for x in (root / CELLS).read_text().splitlines()]
     rows[0]["routing"] = rec("triton_paged_attention_2d", 10)
     rows[1]["routing"] = rec("rocm_custom_op", 10)
@@ -310,17 +398,25 @@ def test_routing_summary_per_arm_and_layer_class(tmp_path):
 
 
 def test_a_non_stationary_server_widens_its_comparison_and_is_named(tmp_path):
-    """A server whose bookend stepped (e2e/bookends.py) is never averaged in silently: the comparison
+    """A server whose bookend stepped (e2e/stats/bookends.py) is never averaged in silently: the comparison
     names it, the run warns, and its cells carry the drift as extra variance in the model (so the
     interval widens and the server weighs less)."""
-    from e2e.analysis import RunAnalysis
+    from e2e.analysis.run_analysis import RunAnalysis
+
     step = {"status": "non-stationary", "step_pct": 8.0, "p_value": 0.004, "test": "Mann-Whitney U"}
     clean = RunAnalysis(make_run(tmp_path / "a", {"stock": 2.0, "widened": 2.0}, between=0.002, seed=3))
-    drift = RunAnalysis(make_run(tmp_path / "b", {"stock": 2.0, "widened": 2.0}, between=0.002, seed=3,
-                                 row_extra={"p1-d1024-widened": {"bookend": step}}))
+    drift = RunAnalysis(
+        make_run(
+            tmp_path / "b",
+            {"stock": 2.0, "widened": 2.0},
+            between=0.002,
+            seed=3,
+            row_extra={"p1-d1024-widened": {"bookend": step}},
+        )
+    )
     pick = lambda a: next(c for c in a.comparisons if c["scope"] == "pooled" and c["depth"] == 1024)
     c0, c1 = pick(clean), pick(drift)
     assert c0["non_stationary_servers"] == [] and len(c1["non_stationary_servers"]) == 1
-    assert c1["se_log"] > 1.2 * c0["se_log"]                   # its drift is in the variance
+    assert c1["se_log"] > 1.2 * c0["se_log"]  # its drift is in the variance
     assert c1["ratio"] == pytest.approx(c0["ratio"], rel=0.01)  # and it weighs less in the mean
     assert any("non-stationary" in w and "+8.0 %" in w for w in drift.warnings)

@@ -1,24 +1,41 @@
 """HBM floor arithmetic, checked by hand against the sizing in gpu-machine.md."""
+
 from __future__ import annotations
 
 import pytest
 
-from e2e import roofline
+from e2e.gpu import roofline
 
 # gemma-3-27b-it (text part) with a compressed-tensors W4A16 pack-quantized group-128 config,
 # as RedHatAI-style w4a16 checkpoints ship it.
 GEMMA3_27B_W4A16 = {
-    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-    "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
-                    "intermediate_size": 21504, "num_attention_heads": 32, "num_key_value_heads": 16,
-                    "head_dim": 128, "vocab_size": 262208, "sliding_window": 1024,
-                    "sliding_window_pattern": 6},
-    "torch_dtype": "bfloat16", "tie_word_embeddings": True,
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "text_config": {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 62,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "vocab_size": 262208,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+    },
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
     "quantization_config": {
-        "quant_method": "compressed-tensors", "format": "pack-quantized",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 4, "group_size": 128, "strategy": "group", "symmetric": True, "type": "int"}}},
-        "ignore": ["lm_head"]},
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "group_size": 128, "strategy": "group", "symmetric": True, "type": "int"},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
 }
 
 
@@ -42,10 +59,18 @@ def test_gemma3_27b_w4a16_tp2_matches_the_hand_sizing():
 
 
 def test_sliding_window_caps_kv_and_layer_types_win():
-    cfg = {"num_hidden_layers": 4, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "sliding_window": 10,
-           "model_type": "gemma3_text",
-           "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    cfg = {
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 100,
+        "sliding_window": 10,
+        "model_type": "gemma3_text",
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    }
     g = roofline.geometry(cfg)
     assert g.sliding == (True, False, True, False)
     kv = roofline.step_bytes(g, 1000)["kv"]
@@ -56,9 +81,18 @@ def test_sliding_window_caps_kv_and_layer_types_win():
 
 def test_llama_has_no_sliding_and_unquantized_weights_at_dtype():
     # SmolLM2-135M-Instruct's config.json (assets/), the CPU lane's model
-    cfg = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
-           "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "model_type": "llama",
-           "dtype": "bfloat16", "tie_word_embeddings": True}
+    cfg = {
+        "num_hidden_layers": 30,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "vocab_size": 49152,
+        "model_type": "llama",
+        "dtype": "bfloat16",
+        "tie_word_embeddings": True,
+    }
     g = roofline.geometry(cfg)
     assert not any(g.sliding) and g.weight_bits == 16 and g.quant == "none"
     b = roofline.step_bytes(g, 256)
@@ -66,11 +100,18 @@ def test_llama_has_no_sliding_and_unquantized_weights_at_dtype():
     assert b["weights"] + b["lm_head"] == pytest.approx(134.5e6 * 2, rel=0.02)  # 135M parameters
 
 
-@pytest.mark.parametrize("name,bw", [
-    ("NVIDIA H200", 4800), ("NVIDIA H100 80GB HBM3", 3350), ("NVIDIA H100 PCIe", 2000),
-    ("NVIDIA A100-SXM4-80GB", 2039), ("AMD Instinct MI300X", 5300), ("AMD Radeon RX 7900 XT", 800),
-    ("AMD Radeon RX 7900 XTX", 960),
-])
+@pytest.mark.parametrize(
+    "name,bw",
+    [
+        ("NVIDIA H200", 4800),
+        ("NVIDIA H100 80GB HBM3", 3350),
+        ("NVIDIA H100 PCIe", 2000),
+        ("NVIDIA A100-SXM4-80GB", 2039),
+        ("AMD Instinct MI300X", 5300),
+        ("AMD Radeon RX 7900 XT", 800),
+        ("AMD Radeon RX 7900 XTX", 960),
+    ],
+)
 def test_known_gpus(name, bw):
     assert roofline.bandwidth_for(name)[0] == bw
 

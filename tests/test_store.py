@@ -1,11 +1,12 @@
 """The run folder: append-only rows, torn lines, lock, schema version, attempts."""
+
 from __future__ import annotations
 
 import pytest
 
 from e2e.errors import UserError
-from e2e.formats import cell_row
-from e2e.store import CELLS, RunStore, counted_requests, read_jsonl
+from e2e.rundir.formats import cell_row
+from e2e.rundir.store import CELLS, RunStore, counted_requests, read_jsonl
 
 
 def row(cell_id: str, attempt: str = "0") -> dict:

@@ -1,6 +1,7 @@
-"""The summary model (e2e/summary.py): report.md, the CSVs and the console are functions of
+"""The summary model (e2e/report/summary.py): report.md, the CSVs and the console are functions of
 summary.json alone; a cells.jsonl field is shown by declaring one column; the verdict words are one
 table; the figures carry what the text claims (no plot without data, honest interval labels)."""
+
 from __future__ import annotations
 
 import csv
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from e2e import figures, outcomes, report, report_md, signoff, tables, verdicts
-from e2e import summary as sm
-from e2e.store import CELLS
+from e2e.report import figures, report_md, tables
+from e2e.report import summary as sm
+from e2e.report import write as report
+from e2e.rundir.store import CELLS
+from e2e.stats import outcomes, signoff, verdicts
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 
@@ -40,12 +43,26 @@ def test_a_fresh_report_renders_again_from_summary_json_alone(tmp_path):
     report.write_report(run)
     s = json.loads(_from_summary_alone(run, tmp_path / "alone").read_text())
     assert report_md.markdown_report(s) == (run / "report.md").read_text()
-    for name, table, rows in (("summary.csv", sm.CELLS, s["cells"]), ("comparisons.csv", sm.COMPARISONS, s["comparisons"])):
+    for name, table, rows in (
+        ("summary.csv", sm.CELLS, s["cells"]),
+        ("comparisons.csv", sm.COMPARISONS, s["comparisons"]),
+    ):
         again = tables.write_table_csv(tmp_path / "alone" / name, table, rows, sm.SCHEMA_VERSION)
         assert again.read_text() == (run / name).read_text(), name
     # every section of report.md has its record in summary.json
-    for key in ("run", "cells", "comparisons", "executor", "routing", "routing_warnings", "startups",
-                "roofline", "gsm8k", "gpu_state", "warnings"):
+    for key in (
+        "run",
+        "cells",
+        "comparisons",
+        "executor",
+        "routing",
+        "routing_warnings",
+        "startups",
+        "roofline",
+        "gsm8k",
+        "gpu_state",
+        "warnings",
+    ):
         assert key in s, key
     assert s["run"]["code"]["identified"] is True and s["run"]["exit_status"] is None
 
@@ -78,11 +95,19 @@ def test_the_verdict_words_are_one_table():
     assert outcomes.status_of([verdicts.SLOWER, verdicts.INSUFFICIENT_REPLICATION]) == 1
     assert outcomes.status_of([verdicts.EQUIVALENT, verdicts.INSUFFICIENT_REPLICATION]) == 3
     assert outcomes.status_of([verdicts.FASTER, verdicts.INCONCLUSIVE, verdicts.EQUIVALENT]) == 0
-    assert [outcomes.run_status(False, w) for w in (None, "pass", "fail", "inconclusive", "incomplete")] == [0, 0, 1, 3, 3]
+    assert [outcomes.run_status(False, w) for w in (None, "pass", "fail", "inconclusive", "incomplete")] == [
+        0,
+        0,
+        1,
+        3,
+        3,
+    ]
     assert outcomes.run_status(True, "pass") == 1
     rule = outcomes.rule_text()
-    assert all(w in rule for w in ("**slower** / **faster**", "**equivalent**", "**inconclusive**",
-                                    "**insufficient replication**"))
+    assert all(
+        w in rule
+        for w in ("**slower** / **faster**", "**equivalent**", "**inconclusive**", "**insufficient replication**")
+    )
 
 
 def test_no_plot_without_data_and_honest_interval_labels(tmp_path):
@@ -92,10 +117,14 @@ def test_no_plot_without_data_and_honest_interval_labels(tmp_path):
     assert figures.RATIO not in (one_arm / "report.md").read_text()
     single = make_run(tmp_path / "single", {"stock": 2.0, "x": 2.4}, passes=1)
     s = report_md.as_json(sm.build(report.RunAnalysis(single)))
-    assert "within-server intervals only" in figures.ratio_caption(s) and "between servers" not in figures.ratio_caption(s)
+    assert "within-server intervals only" in figures.ratio_caption(
+        s
+    ) and "between servers" not in figures.ratio_caption(s)
     pooled = make_run(tmp_path / "pooled", {"stock": 2.0, "x": 2.4})
     s = report_md.as_json(sm.build(report.RunAnalysis(pooled)))
-    assert figures.ratio_caption(s).startswith("A panel per arm pair") and "between servers (the variance model)" in figures.ratio_caption(s)
+    assert figures.ratio_caption(s).startswith(
+        "A panel per arm pair"
+    ) and "between servers (the variance model)" in figures.ratio_caption(s)
     # fresh servers: no line joins two cells (each had its own server)
     assert "no lines" in figures.decode_caption(s)
     rows = [json.loads(x) for x in (pooled / CELLS).read_text().splitlines()]
@@ -111,7 +140,7 @@ def test_no_plot_without_data_and_honest_interval_labels(tmp_path):
 
 
 def test_the_console_says_the_answer(tmp_path):
-    from e2e import session
+    from e2e.run import session
 
     run = make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.4})
     (run / "gsm8k").mkdir()
@@ -120,9 +149,16 @@ def test_the_console_says_the_answer(tmp_path):
     buf = io.StringIO()
     session.say_the_answer(Console(file=buf, width=200), run, 3, session.written_summary(run))
     out = buf.getvalue()
-    for needle in ("verdicts (each arm against stock", "widened / stock", "slower", "MDE %", "95 % CI",
-                   "gsm8k sign-off: inconclusive (10 questions)", "strict-match (primary)",
-                   "exit status 3: done, but it could not decide"):
+    for needle in (
+        "verdicts (each arm against stock",
+        "widened / stock",
+        "slower",
+        "MDE %",
+        "95 % CI",
+        "gsm8k sign-off: inconclusive (10 questions)",
+        "strict-match (primary)",
+        "exit status 3: done, but it could not decide",
+    ):
         assert needle in out, needle
 
 
@@ -138,5 +174,5 @@ def test_a_decode_at_or_below_zero_still_gets_its_report_and_figure(tmp_path):
     lo, hi = ax.get_ylim()
     assert ax.get_yscale() == "linear" and lo < -0.3 and hi > 0.2
     fig2, (empty,) = tables.new_panels(3, 2)
-    figures._y_range(empty, [None], "y")        # nothing to scale to: no exception
+    figures._y_range(empty, [None], "y")  # nothing to scale to: no exception
     assert empty.get_ylabel() == "y"

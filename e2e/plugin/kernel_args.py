@@ -1,5 +1,6 @@
 """What a counted kernel call was called with (the kernel's own arguments: head size, heads, block
 size, window, dtypes), and the stand-in that counts launches of a Triton kernel."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -50,9 +51,11 @@ def triton_args(kw: dict) -> str:
         q = kw["query_ptr"]
         kv = kw.get("key_cache_ptr")
         sw = kw.get("SLIDING_WINDOW") or "-"
-        return (f"h{kw.get('HEAD_SIZE')} q{kw.get('num_query_heads')}/kv"
-                f"{kw.get('num_query_heads', 0) // max(1, kw.get('num_queries_per_kv', 1))} "
-                f"bs{kw.get('PHYSICAL_BLOCK_SIZE', kw.get('BLOCK_SIZE'))} sw{sw} {_dtype(q.dtype)} "
-                f"kv:{_dtype(getattr(kv, 'dtype', None))}")
+        return (
+            f"h{kw.get('HEAD_SIZE')} q{kw.get('num_query_heads')}/kv"
+            f"{kw.get('num_query_heads', 0) // max(1, kw.get('num_queries_per_kv', 1))} "
+            f"bs{kw.get('PHYSICAL_BLOCK_SIZE', kw.get('BLOCK_SIZE'))} sw{sw} {_dtype(q.dtype)} "
+            f"kv:{_dtype(getattr(kv, 'dtype', None))}"
+        )
     except Exception:
         return "?"

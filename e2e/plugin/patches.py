@@ -15,6 +15,7 @@ User patches are "module:function": the function is called with no arguments.
 A patch whose target does not exist raises PatchError naming the target and the vLLM version.
 `apply_patches(names)` works in any process, with or without the plugin's environment.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,9 @@ import functools
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from e2e.plugin import hooks
 from e2e.plugin.contract import GATE_OFF, GATE_ON, USER_PATCH_FORM, WIDENED_GATE
@@ -52,11 +54,11 @@ class _Gate:
 
     def __init__(self) -> None:
         self.original: Callable[..., bool] | None = None  # vLLM's cached function, once imported
-        self.impl: Callable[..., bool] | None = None      # None: the original
-        self.impl_name: str | None = None                 # which patch set impl
+        self.impl: Callable[..., bool] | None = None  # None: the original
+        self.impl_name: str | None = None  # which patch set impl
         self.observer: Callable[[tuple, dict, bool], None] | None = None  # the routing recorder
-        self.installed = False                            # entry placed in the module
-        self.widened_code: Any = None                     # compiled widened function (code object)
+        self.installed = False  # entry placed in the module
+        self.widened_code: Any = None  # compiled widened function (code object)
         self.widened_detail: dict[str, Any] = {}
 
 
@@ -96,8 +98,12 @@ def arm_gate() -> bool:
 
 def gate_state() -> dict[str, Any]:
     """For the process record: is the gate module loaded here, and what answers for it."""
-    return {"target": GATE_TARGET, "module_imported": GATE.installed,
-            "impl": GATE.impl_name or "original", **GATE.widened_detail}
+    return {
+        "target": GATE_TARGET,
+        "module_imported": GATE.installed,
+        "impl": GATE.impl_name or "original",
+        **GATE.widened_detail,
+    }
 
 
 # -- widened-gfx11-gate: the installed source with one comparison changed -----------------------------
@@ -108,8 +114,10 @@ def _gate_source_path() -> Path:
         raise PatchError(f"widened-gfx11-gate: {GATE_MODULE} not found in vLLM {vllm_version()}: {exc}") from None
     origin = getattr(spec, "origin", None)
     if spec is None or not origin or not origin.endswith(".py"):
-        raise PatchError(f"widened-gfx11-gate: target {GATE_TARGET} does not exist in vLLM {vllm_version()} "
-                         f"(no {GATE_MODULE} source)")
+        raise PatchError(
+            f"widened-gfx11-gate: target {GATE_TARGET} does not exist in vLLM {vllm_version()} "
+            f"(no {GATE_MODULE} source)"
+        )
     return Path(origin)
 
 
@@ -123,16 +131,27 @@ def compile_widened(source: str, filename: str, version: str) -> tuple[Any, dict
     tree = ast.parse(source, filename=filename)
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == GATE_FUNC]
     if len(funcs) != 1:
-        raise PatchError(f"widened-gfx11-gate: target {GATE_TARGET} does not exist in vLLM {version} "
-                         f"({filename} defines it {len(funcs)} times)")
+        raise PatchError(
+            f"widened-gfx11-gate: target {GATE_TARGET} does not exist in vLLM {version} "
+            f"({filename} defines it {len(funcs)} times)"
+        )
     fn = funcs[0]
-    hits = [c for c in ast.walk(fn) if isinstance(c, ast.Compare) and len(c.ops) == 1
-            and isinstance(c.ops[0], ast.GtE) and isinstance(c.left, ast.Name)
-            and c.left.id == "gqa_ratio" and isinstance(c.comparators[0], ast.Constant)
-            and c.comparators[0].value == 3]
+    hits = [
+        c
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Compare)
+        and len(c.ops) == 1
+        and isinstance(c.ops[0], ast.GtE)
+        and isinstance(c.left, ast.Name)
+        and c.left.id == "gqa_ratio"
+        and isinstance(c.comparators[0], ast.Constant)
+        and c.comparators[0].value == 3
+    ]
     if len(hits) != 1:
-        raise PatchError(f"widened-gfx11-gate: {GATE_TARGET} in vLLM {version} has {len(hits)} "
-                         f"comparisons 'gqa_ratio >= 3' (expected exactly 1): review the patch")
+        raise PatchError(
+            f"widened-gfx11-gate: {GATE_TARGET} in vLLM {version} has {len(hits)} "
+            f"comparisons 'gqa_ratio >= 3' (expected exactly 1): review the patch"
+        )
     line = source.splitlines()[hits[0].lineno - 1].strip()
     hits[0].comparators[0] = ast.copy_location(ast.Constant(1), hits[0].comparators[0])
     fn.decorator_list = []
@@ -141,8 +160,7 @@ def compile_widened(source: str, filename: str, version: str) -> tuple[Any, dict
         a.annotation = None
     mod = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
     code = compile(mod, filename, "exec")
-    return code, {"widened_line": hits[0].lineno, "original_text": line,
-                  "source": filename}
+    return code, {"widened_line": hits[0].lineno, "original_text": line, "source": filename}
 
 
 def build_widened(code: Any, namespace: dict[str, Any]) -> Callable[..., bool]:
@@ -218,12 +236,16 @@ def _apply_user(spec: str) -> dict[str, Any]:
     try:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:
-        raise PatchError(f"patch {spec!r}: module {mod_name!r} is not importable on this server's path "
-                         f"({exc}); vLLM {vllm_version()}") from exc
+        raise PatchError(
+            f"patch {spec!r}: module {mod_name!r} is not importable on this server's path "
+            f"({exc}); vLLM {vllm_version()}"
+        ) from exc
     func = getattr(mod, func_name, None)
     if not callable(func):
-        raise PatchError(f"patch {spec!r}: target {mod_name}.{func_name} does not exist "
-                         f"(module {getattr(mod, '__file__', mod_name)}); vLLM {vllm_version()}")
+        raise PatchError(
+            f"patch {spec!r}: target {mod_name}.{func_name} does not exist "
+            f"(module {getattr(mod, '__file__', mod_name)}); vLLM {vllm_version()}"
+        )
     try:
         result = func()
     except PatchError:

@@ -18,6 +18,7 @@ attention runs eagerly on every step and the counts are per step; the record say
 The record is JSON, written atomically (tmp file + os.replace) every E2E_FLUSH_S seconds by a daemon
 thread and at exit, so a killed worker still leaves its counts.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -39,10 +40,12 @@ from e2e.plugin.targets import ATTENTION, CUSTOM_OP, FORWARD, STEPS, TRITON_2D
 
 SCHEMA = RECORD_SCHEMA
 MAX_STEPS = 20000  # per-step mode keeps at most this many steps with attention calls
-NO_LAYER = "-"     # kernel called outside any hooked attention forward
+NO_LAYER = "-"  # kernel called outside any hooked attention forward
 
-GRAPH_NOTE_FULL = ("CUDA graphs with FULL capture are on: replayed steps run no Python, so these "
-                   "counts come from graph capture and eager steps, not from every step")
+GRAPH_NOTE_FULL = (
+    "CUDA graphs with FULL capture are on: replayed steps run no Python, so these "
+    "counts come from graph capture and eager steps, not from every step"
+)
 GRAPH_NOTE_EAGER = "attention ran eagerly on every step (no full CUDA graphs): counts are per step"
 
 
@@ -77,16 +80,15 @@ def _window(sw: Any) -> Any:
 
 
 class Recorder:
-    def __init__(self, record_dir: Path | None, arm: str, mode: str = "aggregate",
-                 flush_s: float = 1.0) -> None:
+    def __init__(self, record_dir: Path | None, arm: str, mode: str = "aggregate", flush_s: float = 1.0) -> None:
         self.record_dir = Path(record_dir) if record_dir else None
         self.arm = arm
         self.mode = mode
         self.per_step = mode == "per-step"
         self.flush_s = flush_s
-        self.hooked: dict[str, str] = {}                        # what got hooked here, and how
-        self.missing: dict[str, str] = {}                       # target -> why it was not hooked
-        self.extra: dict[str, Any] = {}                         # filled by the plugin (patches, ...)
+        self.hooked: dict[str, str] = {}  # what got hooked here, and how
+        self.missing: dict[str, str] = {}  # target -> why it was not hooked
+        self.extra: dict[str, Any] = {}  # filled by the plugin (patches, ...)
         self._flushing = False
         self._new_process()
         # With VLLM_WORKER_MULTIPROC_METHOD=fork vLLM forks its engine core (and workers) from this
@@ -99,16 +101,16 @@ class Recorder:
         self.role, self.rank = process_role()
         self.pid = os.getpid()
         self.started = time.time()
-        self.counts: dict[tuple[str, str, str], int] = {}      # (layer class, path, kernel args) -> n
-        self.gate: dict[tuple, list] = {}                       # (layer class, args, answer) -> [n, min, max]
-        self.layers: dict[str, dict[str, Any]] = {}             # layer class -> geometry + layer names
-        self.layer_keys: dict[int, str] = {}                    # id(Attention layer) -> layer class
-        self.current = NO_LAYER                                 # layer class whose forward is running
+        self.counts: dict[tuple[str, str, str], int] = {}  # (layer class, path, kernel args) -> n
+        self.gate: dict[tuple, list] = {}  # (layer class, args, answer) -> [n, min, max]
+        self.layers: dict[str, dict[str, Any]] = {}  # layer class -> geometry + layer names
+        self.layer_keys: dict[int, str] = {}  # id(Attention layer) -> layer class
+        self.current = NO_LAYER  # layer class whose forward is running
         self.steps: list[list] = []
         self.step_counts: dict[str, int] = {}
         self.n_steps = 0
         self.steps_dropped = 0
-        self.info: dict[str, Any] = {}                          # graph mode, ranks, block size, ...
+        self.info: dict[str, Any] = {}  # graph mode, ranks, block size, ...
         self._cache_config: Any = None
         self._seq = 0
         self._lock = threading.Lock()
@@ -139,15 +141,34 @@ class Recorder:
 
     def gate_call(self, args: tuple, kwargs: dict, answer: bool) -> None:
         a = list(args) + [None] * (9 - len(args))
-        names = ("qtype", "head_size", "block_size", "gqa_ratio", "max_seq_len", "sliding_window",
-                 "kv_cache_dtype", "alibi_slopes", "sinks")
+        names = (
+            "qtype",
+            "head_size",
+            "block_size",
+            "gqa_ratio",
+            "max_seq_len",
+            "sliding_window",
+            "kv_cache_dtype",
+            "alibi_slopes",
+            "sinks",
+        )
         for i, n in enumerate(names):
             if n in kwargs:
                 a[i] = kwargs[n]
         max_seq = a[4]
         sw = a[5]
-        key = (self.current, _dtype(a[0]), a[1], a[2], a[3],
-               list(sw) if isinstance(sw, tuple) else sw, a[6], a[7] is None, a[8] is None, bool(answer))
+        key = (
+            self.current,
+            _dtype(a[0]),
+            a[1],
+            a[2],
+            a[3],
+            list(sw) if isinstance(sw, tuple) else sw,
+            a[6],
+            a[7] is None,
+            a[8] is None,
+            bool(answer),
+        )
         key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
         v = self.gate.get(key)
         if v is None:
@@ -188,8 +209,10 @@ class Recorder:
             "block_size": getattr(self._cache_config, "block_size", None),
         }
         shape = list(getattr(kv_cache, "shape", []) or [])
-        key = (f"{g['impl']} h{g['head_size']} q{g['num_heads']}/kv{g['num_kv_heads']} "
-               f"sw{g['sliding_window'] or '-'} bs{g['block_size']} {g['dtype']} kv:{g['kv_cache_dtype']}")
+        key = (
+            f"{g['impl']} h{g['head_size']} q{g['num_heads']}/kv{g['num_kv_heads']} "
+            f"sw{g['sliding_window'] or '-'} bs{g['block_size']} {g['dtype']} kv:{g['kv_cache_dtype']}"
+        )
         entry = self.layers.setdefault(key, {"geometry": g, "kv_cache_shape": shape, "layers": []})
         name = getattr(layer, "layer_name", None) or f"id{id(layer)}"
         if name not in entry["layers"]:
@@ -245,27 +268,54 @@ class Recorder:
         gate = dict(self.gate)
         self._seq += 1
         rec = {
-            "schema": SCHEMA, "arm": self.arm, "role": self.role, "rank": self.info.get("tp_rank", self.rank),
-            "local_rank": self.rank, "pid": self.pid, "process_name": multiprocessing.current_process().name,
-            "argv": sys.argv[:4], "python": sys.version.split()[0], "executable": sys.executable,
-            "routing_mode": self.mode, "runs_model": bool(self.layers or self.info.get("layers_built") or self.n_steps),
-            **self.info, "counts_note": self.graph_note(),
+            "schema": SCHEMA,
+            "arm": self.arm,
+            "role": self.role,
+            "rank": self.info.get("tp_rank", self.rank),
+            "local_rank": self.rank,
+            "pid": self.pid,
+            "process_name": multiprocessing.current_process().name,
+            "argv": sys.argv[:4],
+            "python": sys.version.split()[0],
+            "executable": sys.executable,
+            "routing_mode": self.mode,
+            "runs_model": bool(self.layers or self.info.get("layers_built") or self.n_steps),
+            **self.info,
+            "counts_note": self.graph_note(),
             **self.extra,
             "gate": patches.gate_state(),
-            "hooked": dict(self.hooked), "pending_hooks": hooks.pending(),
+            "hooked": dict(self.hooked),
+            "pending_hooks": hooks.pending(),
             "hook_status": targets.status(dict(self.hooked), dict(self.missing)),
             "runner_modules": targets.model_runner_modules(),
             "serves_model": self.role == "Worker" or bool(targets.model_runner_modules()),
             "model_steps": self.n_steps,
             "layers": {k: {**v, "layers": list(v["layers"])} for k, v in dict(self.layers).items()},
-            "counts": [{"layer_class": k[0], "path": k[1], "kernel_args": k[2], "n": n}
-                       for k, n in sorted(counts.items())],
-            "gate_calls": [{"layer_class": k[0], "qtype": k[1], "head_size": k[2], "block_size": k[3],
-                            "gqa_ratio": k[4], "sliding_window": list(k[5]) if isinstance(k[5], tuple) else k[5],
-                            "kv_cache_dtype": k[6], "alibi_none": k[7], "sinks_none": k[8],
-                            "answer": k[9], "n": v[0], "max_seq_len_min": v[1], "max_seq_len_max": v[2]}
-                           for k, v in gate.items()],
-            "started_unix": self.started, "written_unix": time.time(), "seq": self._seq, "final": final,
+            "counts": [
+                {"layer_class": k[0], "path": k[1], "kernel_args": k[2], "n": n} for k, n in sorted(counts.items())
+            ],
+            "gate_calls": [
+                {
+                    "layer_class": k[0],
+                    "qtype": k[1],
+                    "head_size": k[2],
+                    "block_size": k[3],
+                    "gqa_ratio": k[4],
+                    "sliding_window": list(k[5]) if isinstance(k[5], tuple) else k[5],
+                    "kv_cache_dtype": k[6],
+                    "alibi_none": k[7],
+                    "sinks_none": k[8],
+                    "answer": k[9],
+                    "n": v[0],
+                    "max_seq_len_min": v[1],
+                    "max_seq_len_max": v[2],
+                }
+                for k, v in gate.items()
+            ],
+            "started_unix": self.started,
+            "written_unix": time.time(),
+            "seq": self._seq,
+            "final": final,
             "flush_s": self.flush_s,
         }
         if self.per_step:
@@ -295,6 +345,7 @@ class Recorder:
                     self.write()
                 except Exception as exc:  # never take vLLM down for a record; say so once
                     self.info["flush_error"] = repr(exc)
+
         threading.Thread(target=loop, name="e2e-routing-flush", daemon=True).start()
         atexit.register(self._at_exit)
 
@@ -313,8 +364,12 @@ class Recorder:
         patches.GATE.observer = self.gate_call
         patches.arm_gate()
         self.hooked["gate"] = "on import of " + patches.GATE_MODULE
-        for target, hook in ((ATTENTION, self._hook_attention), (CUSTOM_OP, self._hook_custom_op),
-                             (TRITON_2D, self._hook_triton_2d), (STEPS, self._hook_runner)):
+        for target, hook in (
+            (ATTENTION, self._hook_attention),
+            (CUSTOM_OP, self._hook_custom_op),
+            (TRITON_2D, self._hook_triton_2d),
+            (STEPS, self._hook_runner),
+        ):
             for name in target.modules:  # each place this target has lived; the first with it wins
                 hooks.when_imported(name, hook)
 

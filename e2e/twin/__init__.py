@@ -15,6 +15,7 @@ One module per stage: targets (what to build) -> tensors (which tensors) -> valu
 shards (safetensors files) -> build (the folder; tokenizer files from tokenizer, the stamp from stamp).
 command is the CLI; `run_e2e.py assets random` calls the same build_twin.
 """
+
 from e2e.twin.build import build_twin
 from e2e.twin.command import add_args, main
 from e2e.twin.stamp import read_stamp

@@ -1,6 +1,7 @@
 """Build a twin folder: plan the tensors, write the shards, config, tokenizer and stamp, then move the
 finished folder into place (a half-written twin is never left under --out). Only a folder the tool
 made is replaced (e2e/twin/stamp.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,10 @@ def twin_key(target: Target, seed: int) -> str:
 
 def storage_format(target: Target) -> str:
     if target.quant:
-        return (f"compressed-tensors pack-quantized W{target.quant.bits}A16 "
-                f"(int, symmetric, group {target.quant.group_size}); other tensors bf16")
+        return (
+            f"compressed-tensors pack-quantized W{target.quant.bits}A16 "
+            f"(int, symmetric, group {target.quant.group_size}); other tensors bf16"
+        )
     return "bf16"
 
 
@@ -40,9 +43,16 @@ def generation_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: config[k] for k in ids if config.get(k) is not None}
 
 
-def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
-               tokenizer_from: Path | None = None, overrides: dict[str, Any] | None = None,
-               shard_gb: float = DEFAULT_SHARD_GB, force: bool = False) -> Path:
+def build_twin(
+    like: str,
+    out: Path,
+    seed: int = 0,
+    multimodal: bool = False,
+    tokenizer_from: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    shard_gb: float = DEFAULT_SHARD_GB,
+    force: bool = False,
+) -> Path:
     """Build (or find already built) the twin of `like` in `out`; returns `out`."""
     target = resolve_target(like, multimodal, overrides)
     out = Path(out)
@@ -64,12 +74,19 @@ def build_twin(like: str, out: Path, seed: int = 0, multimodal: bool = False,
     tok = install_tokenizer(tokenizer_from, tmp) if tokenizer_from else []
     if target.config.get("model_type") == "gemma3":
         add_gemma3_processor(tmp, target.config)
-    info = {"twin_of": target.name, "seed": seed, "format": storage_format(target),
-            "multimodal": target.multimodal, "overrides": dict(overrides or {}), "random_weights": True,
-            "twin_format": TWIN_FORMAT,
-            "generator": "numpy PCG64 per tensor, SeedSequence([seed, crc32(name)])",
-            "tokenizer_from": str(tokenizer_from) if tokenizer_from else None, "tokenizer_files": tok,
-            "build_s": round(time.monotonic() - t0, 1), **written}
+    info = {
+        "twin_of": target.name,
+        "seed": seed,
+        "format": storage_format(target),
+        "multimodal": target.multimodal,
+        "overrides": dict(overrides or {}),
+        "random_weights": True,
+        "twin_format": TWIN_FORMAT,
+        "generator": "numpy PCG64 per tensor, SeedSequence([seed, crc32(name)])",
+        "tokenizer_from": str(tokenizer_from) if tokenizer_from else None,
+        "tokenizer_files": tok,
+        "build_s": round(time.monotonic() - t0, 1),
+        **written,
+    }
     write_stamp(tmp, key, info)
     return finish_partial(tmp, out, f"--out {out}")
-

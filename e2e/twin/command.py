@@ -1,4 +1,5 @@
 """`run_e2e.py twin`: the command line of the twin builder."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,27 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--like", help=f"built-in ({', '.join(BUILTINS)}) or a config.json / model folder")
     p.add_argument("--out", type=Path, help="output folder (the twin, or the packed tokenizer)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--multimodal", action="store_true",
-                   help="built-ins: the Gemma3ForConditionalGeneration wrapper with its vision tower")
+    p.add_argument(
+        "--multimodal",
+        action="store_true",
+        help="built-ins: the Gemma3ForConditionalGeneration wrapper with its vision tower",
+    )
     p.add_argument("--tokenizer-from", type=Path, help="folder with tokenizer files (plain or packed)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                   help="override a config field (num_hidden_layers=2, vision_config.num_hidden_layers=1)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="override a config field (num_hidden_layers=2, vision_config.num_hidden_layers=1)",
+    )
     p.add_argument("--shard-gb", type=float, default=DEFAULT_SHARD_GB, help="shard size (default %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
-    p.add_argument("--pack-tokenizer", type=Path, metavar="SRC",
-                   help="instead of a twin: write a compact (xz) copy of SRC's tokenizer to --out")
+    p.add_argument(
+        "--pack-tokenizer",
+        type=Path,
+        metavar="SRC",
+        help="instead of a twin: write a compact (xz) copy of SRC's tokenizer to --out",
+    )
     p.add_argument("--list", action="store_true", help="list the built-in targets")
 
 
@@ -64,11 +77,11 @@ def main(a: argparse.Namespace) -> int:
     if a.shard_gb <= 0:
         raise UserError("--shard-gb must be positive")
     t0 = time.monotonic()
-    out = build_twin(a.like, a.out, a.seed, a.multimodal, a.tokenizer_from, parse_sets(a.set),
-                     a.shard_gb, a.force)
+    out = build_twin(a.like, a.out, a.seed, a.multimodal, a.tokenizer_from, parse_sets(a.set), a.shard_gb, a.force)
     st = json.loads((out / STAMP).read_text())
-    print(f"{out}: twin of {st['twin_of']}, seed {st['seed']}, {st['format']}, "
-          f"{st['total_size'] / 1e9:.2f} GB in {len(st['shards'])} shard(s), "
-          f"{time.monotonic() - t0:.1f} s")
+    print(
+        f"{out}: twin of {st['twin_of']}, seed {st['seed']}, {st['format']}, "
+        f"{st['total_size'] / 1e9:.2f} GB in {len(st['shards'])} shard(s), "
+        f"{time.monotonic() - t0:.1f} s"
+    )
     return 0
-

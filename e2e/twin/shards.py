@@ -1,5 +1,6 @@
 """safetensors shards written tensor by tensor in bounded chunks (no model in memory), hashed as
 they are written; the digests go into the stamp."""
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,9 @@ def _write_shard(path: Path, shard: list[TensorSpec], seed: int) -> str:
     return h.hexdigest()
 
 
-def write_shards(specs: list[TensorSpec], folder: Path, seed: int, shard_bytes: int,
-                 workers: int | None = None) -> dict[str, Any]:
+def write_shards(
+    specs: list[TensorSpec], folder: Path, seed: int, shard_bytes: int, workers: int | None = None
+) -> dict[str, Any]:
     """Write the shards (and the index when more than one); returns file -> sha256 and the total."""
     shards = split_shards(specs, shard_bytes)
     n = len(shards)
@@ -60,12 +62,10 @@ def write_shards(specs: list[TensorSpec], folder: Path, seed: int, shard_bytes: 
     # Shards are independent: one thread each (numpy's generator, hashlib and file writes release
     # the GIL), so a 16 GB twin is written at several times one core's speed.
     with ThreadPoolExecutor(max_workers=max(1, min(n, workers or os.cpu_count() or 1))) as pool:
-        digests = dict(zip(names, pool.map(lambda fs: _write_shard(folder / fs[0], fs[1], seed),
-                                           zip(names, shards))))
+        digests = dict(zip(names, pool.map(lambda fs: _write_shard(folder / fs[0], fs[1], seed), zip(names, shards))))
     weight_map = {s.name: fname for fname, shard in zip(names, shards) for s in shard}
     total = sum(s.nbytes for s in specs)
     if n > 1:
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return {"shards": digests, "total_size": total}
-

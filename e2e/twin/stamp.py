@@ -6,6 +6,7 @@ nothing mistakes random weights for the real model. A folder being built carries
 is renamed into place; the stamp and PARTIAL are how the tool knows a folder is its own, and it
 deletes nothing else (`--out ~/thesis` is refused, not emptied).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,10 @@ def check_replaceable(folder: Path, what: str) -> None:
         raise UserError(f"{what}: is not a folder; not replacing it")
     if (folder / STAMP).is_file() or (folder / PARTIAL).is_file() or not any(folder.iterdir()):
         return
-    raise UserError(f"{what}: not empty and not a folder this tool made (it has no {STAMP}); not deleting "
-                    "it: give a new or empty folder")
+    raise UserError(
+        f"{what}: not empty and not a folder this tool made (it has no {STAMP}); not deleting "
+        "it: give a new or empty folder"
+    )
 
 
 def remove_own(folder: Path, what: str) -> None:

@@ -3,6 +3,7 @@
 The result is a Target: the config.json the twin writes, whole (quantization_config included), and the
 scheme its linear layers are stored in.
 """
+
 from __future__ import annotations
 
 import copy
@@ -71,8 +72,7 @@ GEMMA3_WRAPPER: dict[str, Any] = {
     "mm_tokens_per_image": 256,
 }
 # The tiny model with gemma-3-27b's attention geometry (../shared/notes/gpu-machine.md).
-GEMMA3_ATTN_TINY_TEXT = {**GEMMA3_27B_TEXT, "hidden_size": 1024, "intermediate_size": 4096,
-                         "num_hidden_layers": 12}
+GEMMA3_ATTN_TINY_TEXT = {**GEMMA3_27B_TEXT, "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 12}
 
 
 @dataclass(frozen=True)
@@ -84,17 +84,18 @@ class Builtin:
 
 BUILTINS: dict[str, Builtin] = {
     "gemma-3-27b-it-w4a16": Builtin(
-        GEMMA3_27B_TEXT, True,
-        "Gemma 3 27B, linear layers compressed-tensors W4A16 (int4 symmetric, group 128)"),
+        GEMMA3_27B_TEXT, True, "Gemma 3 27B, linear layers compressed-tensors W4A16 (int4 symmetric, group 128)"
+    ),
     "gemma3-27b-attn-tiny": Builtin(
-        GEMMA3_ATTN_TINY_TEXT, False,
-        "12 layers, hidden 1024, gemma-3-27b attention geometry, bf16"),
+        GEMMA3_ATTN_TINY_TEXT, False, "12 layers, hidden 1024, gemma-3-27b attention geometry, bf16"
+    ),
 }
 
 
 @dataclass(frozen=True)
 class QuantScheme:
     """compressed-tensors pack-quantized int weights, symmetric, per group; activations unquantized."""
+
     bits: int = 4
     group_size: int = 128
 
@@ -117,10 +118,16 @@ def quantization_config(scheme: QuantScheme, ignore: list[str]) -> dict[str, Any
                 "targets": ["Linear"],
                 "format": "pack-quantized",
                 "weights": {
-                    "num_bits": scheme.bits, "type": "int", "symmetric": True,
-                    "strategy": "group", "group_size": scheme.group_size,
-                    "dynamic": False, "actorder": None, "block_structure": None,
-                    "observer": "minmax", "observer_kwargs": {},
+                    "num_bits": scheme.bits,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "group",
+                    "group_size": scheme.group_size,
+                    "dynamic": False,
+                    "actorder": None,
+                    "block_structure": None,
+                    "observer": "minmax",
+                    "observer_kwargs": {},
                 },
                 "input_activations": None,
                 "output_activations": None,
@@ -150,6 +157,7 @@ def _apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class Target:
     """What to build: the config.json to write and how to store the linear layers."""
+
     name: str
     config: dict[str, Any]
     quant: QuantScheme | None
@@ -166,7 +174,7 @@ def resolve_target(like: str, multimodal: bool = False, overrides: dict[str, Any
     if like in BUILTINS:
         b = BUILTINS[like]
         text = copy.deepcopy(b.text)
-        vis = {k[len("vision_config."):]: v for k, v in overrides.items() if k.startswith("vision_config.")}
+        vis = {k[len("vision_config.") :]: v for k, v in overrides.items() if k.startswith("vision_config.")}
         _apply_overrides(text, {k: v for k, v in overrides.items() if not k.startswith("vision_config.")})
         text["layer_types"] = _layer_types(text["num_hidden_layers"], text["sliding_window_pattern"])
         quant = W4A16 if b.quantized else None
@@ -210,11 +218,19 @@ def _scheme_of(qc: dict[str, Any] | None, path: Path) -> QuantScheme | None:
         return None
     groups = list((qc.get("config_groups") or {}).values())
     w = groups[0].get("weights") if len(groups) == 1 else None
-    ok = (qc.get("quant_method") == "compressed-tensors" and qc.get("format") == "pack-quantized" and w
-          and w.get("type") == "int" and w.get("symmetric") and w.get("strategy") == "group"
-          and w.get("num_bits") in (4, 8) and not w.get("actorder") == "group")
+    ok = (
+        qc.get("quant_method") == "compressed-tensors"
+        and qc.get("format") == "pack-quantized"
+        and w
+        and w.get("type") == "int"
+        and w.get("symmetric")
+        and w.get("strategy") == "group"
+        and w.get("num_bits") in (4, 8)
+        and not w.get("actorder") == "group"
+    )
     if not ok:
-        raise UserError(f"{path}: quantization_config is not one this builder reproduces "
-                        "(compressed-tensors pack-quantized, int, symmetric, group, one config group)")
+        raise UserError(
+            f"{path}: quantization_config is not one this builder reproduces "
+            "(compressed-tensors pack-quantized, int, symmetric, group, one config group)"
+        )
     return QuantScheme(bits=w["num_bits"], group_size=w["group_size"])
-

@@ -3,6 +3,7 @@
 Names and shapes come from transformers' own model class built on the meta device; quantized linears
 get the compressed-tensors layout that vLLM registers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,8 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str  # safetensors dtype name
-    fill: str   # packed | scale | shape | random | zeros | ones
-    rms: float = 0.0          # target RMS for random/scale
+    fill: str  # packed | scale | shape | random | zeros | ones
+    rms: float = 0.0  # target RMS for random/scale
     value: tuple[int, ...] = ()  # for fill == "shape"
 
     @property
@@ -35,6 +36,7 @@ class TensorSpec:
 
 def _is_ignored(module_name: str, ignore: list[str]) -> bool:
     import re
+
     for pat in ignore:
         if pat.startswith("re:"):
             if re.match(pat[3:], module_name):
@@ -83,13 +85,12 @@ def tensor_plan(target: Target) -> list[TensorSpec]:
         else:  # biases
             specs.append(TensorSpec(name, shape, "BF16", "zeros"))
     if target.config.get("model_type") == "gemma3":
-        specs = [TensorSpec(_published_gemma3_name(s.name), s.shape, s.dtype, s.fill, s.rms, s.value)
-                 for s in specs]
+        specs = [TensorSpec(_published_gemma3_name(s.name), s.shape, s.dtype, s.fill, s.rms, s.value) for s in specs]
     return specs
 
 
 def _neutral_fill(module: Any, cache: dict[type, str]) -> str:
-    """"zeros" or "ones": the weight that makes this norm a plain normalisation.
+    """ "zeros" or "ones": the weight that makes this norm a plain normalisation.
 
     Gemma's RMSNorm scales by (1 + w), LayerNorm and Llama's RMSNorm by w (zeros there would zero the
     residual stream). Found by running a CPU copy of the module with every parameter 0 on ones: a
@@ -116,16 +117,18 @@ def _neutral_fill(module: Any, cache: dict[type, str]) -> str:
 
 # transformers 5 names the wrapper's tensors model.language_model.* / model.vision_tower.embeddings.*;
 # the published gemma-3 checkpoints (and vLLM's SiglipVisionModel) use these:
-_GEMMA3_PUBLISHED = (("model.language_model.", "language_model.model."),
-                     ("model.vision_tower.vision_model.", "vision_tower.vision_model."),
-                     ("model.vision_tower.", "vision_tower.vision_model."),
-                     ("model.multi_modal_projector.", "multi_modal_projector."))
+_GEMMA3_PUBLISHED = (
+    ("model.language_model.", "language_model.model."),
+    ("model.vision_tower.vision_model.", "vision_tower.vision_model."),
+    ("model.vision_tower.", "vision_tower.vision_model."),
+    ("model.multi_modal_projector.", "multi_modal_projector."),
+)
 
 
 def _published_gemma3_name(name: str) -> str:
     for old, new in _GEMMA3_PUBLISHED:
         if name.startswith(old):
-            return new + name[len(old):]
+            return new + name[len(old) :]
     return name
 
 
@@ -153,8 +156,8 @@ def _quantized_linear(mod: str, shape: tuple[int, ...], q: QuantScheme) -> list[
     mean_sq = Q4_MEAN_SQUARE if q.bits == 4 else ((1 << q.bits) ** 2 - 1) / 12 + 0.25
     return [
         TensorSpec(f"{mod}.weight_packed", (out_f, in_f // q.pack_factor), "I32", "packed"),
-        TensorSpec(f"{mod}.weight_scale", (out_f, in_f // q.group_size), "BF16", "scale",
-                   rms=1.0 / math.sqrt(mean_sq * in_f)),
+        TensorSpec(
+            f"{mod}.weight_scale", (out_f, in_f // q.group_size), "BF16", "scale", rms=1.0 / math.sqrt(mean_sq * in_f)
+        ),
         TensorSpec(f"{mod}.weight_shape", (2,), "I64", "shape", value=(out_f, in_f)),
     ]
-

@@ -1,5 +1,6 @@
 """Tokenizer files for a twin: packed small to carry to the GPU machine, installed into the twin, and
 the Gemma 3 processor files the multimodal wrapper needs."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,17 @@ from typing import Any
 
 from e2e.errors import UserError
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "chat_template.jinja", "chat_template.json",
-                   "vocab.json", "merges.txt", "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+)
 
 
 def pack_tokenizer(src: Path, out: Path) -> Path:
@@ -54,33 +63,59 @@ def install_tokenizer(src: Path, dest: Path) -> list[str]:
 # a text-only Gemma 3 tokenizer (gemma-3-270m's) lacks <image_soft_token>, which the wrapper puts at
 # image_token_index 262144, just past the text vocabulary.
 GEMMA3_PREPROCESSOR = {
-    "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
-    "do_resize": True, "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "Gemma3ImageProcessor",
-    "image_seq_length": 256, "image_std": [0.5, 0.5, 0.5], "pan_and_scan_max_num_crops": None,
-    "pan_and_scan_min_crop_size": None, "pan_and_scan_min_ratio_to_activate": None,
-    "processor_class": "Gemma3Processor", "resample": 2, "rescale_factor": 0.00392156862745098,
+    "do_convert_rgb": None,
+    "do_normalize": True,
+    "do_pan_and_scan": None,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_processor_type": "Gemma3ImageProcessor",
+    "image_seq_length": 256,
+    "image_std": [0.5, 0.5, 0.5],
+    "pan_and_scan_max_num_crops": None,
+    "pan_and_scan_min_crop_size": None,
+    "pan_and_scan_min_ratio_to_activate": None,
+    "processor_class": "Gemma3Processor",
+    "resample": 2,
+    "rescale_factor": 0.00392156862745098,
     "size": {"height": 896, "width": 896},
 }
-GEMMA3_IMAGE_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                       "image_token": "<image_soft_token>"}
+GEMMA3_IMAGE_TOKENS = {
+    "boi_token": "<start_of_image>",
+    "eoi_token": "<end_of_image>",
+    "image_token": "<image_soft_token>",
+}
 
 
 def add_gemma3_processor(folder: Path, config: dict[str, Any]) -> None:
     """Processor files and image special tokens for a Gemma3ForConditionalGeneration twin."""
     image_size = config["vision_config"]["image_size"]
-    pre = {**GEMMA3_PREPROCESSOR, "image_seq_length": config["mm_tokens_per_image"],
-           "size": {"height": image_size, "width": image_size}}
+    pre = {
+        **GEMMA3_PREPROCESSOR,
+        "image_seq_length": config["mm_tokens_per_image"],
+        "size": {"height": image_size, "width": image_size},
+    }
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2) + "\n")
-    (folder / "processor_config.json").write_text(json.dumps(
-        {"image_seq_length": config["mm_tokens_per_image"], "processor_class": "Gemma3Processor"}, indent=2) + "\n")
+    (folder / "processor_config.json").write_text(
+        json.dumps({"image_seq_length": config["mm_tokens_per_image"], "processor_class": "Gemma3Processor"}, indent=2)
+        + "\n"
+    )
     tj = folder / "tokenizer.json"
     if tj.is_file():
         tok = json.loads(tj.read_text())
         have = {t["content"] for t in tok["added_tokens"]}
         if "<image_soft_token>" not in have:
-            tok["added_tokens"].append({"id": config["image_token_index"], "content": "<image_soft_token>",
-                                        "single_word": False, "lstrip": False, "rstrip": False,
-                                        "normalized": False, "special": True})
+            tok["added_tokens"].append(
+                {
+                    "id": config["image_token_index"],
+                    "content": "<image_soft_token>",
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            )
             tj.write_text(json.dumps(tok, ensure_ascii=False))
     tc = folder / "tokenizer_config.json"
     if tc.is_file():
@@ -88,4 +123,3 @@ def add_gemma3_processor(folder: Path, config: dict[str, Any]) -> None:
         data.setdefault("extra_special_tokens", {}).update(GEMMA3_IMAGE_TOKENS)
         data.update(GEMMA3_IMAGE_TOKENS)
         tc.write_text(json.dumps(data, indent=2) + "\n")
-

@@ -10,11 +10,12 @@
 - norm weights: whatever makes the norm a plain normalisation (zeros for Gemma's (1 + w) RMSNorm,
   ones for LayerNorm and w-scaled RMSNorms); biases zero.
 """
+
 from __future__ import annotations
 
 import math
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -79,4 +80,3 @@ def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[memoryview]:
             bits |= exp
         yield memoryview(raw).cast("B")[:n]
         left -= n
-

@@ -16,6 +16,7 @@ Exit 1 if a required file is missing, or an unguarded import of an absent module
 does not name (with why this model never reaches it).
 It cannot prove the bundle runs (no torch 2.11 here): only that nothing it needs was left out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,36 +32,52 @@ HERE = Path(__file__).resolve().parent
 # unguarded on the serving path (humming: 0.23.0's get_quantization_config imports it on CUDA).
 WALKED = ("vllm", "humming")
 ROOTS = (
-    "vllm", "vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.entrypoints.openai.api_server",
-    "vllm.v1.engine.core", "vllm.v1.engine.core_client", "vllm.v1.executor.multiproc_executor",
-    "vllm.v1.executor.uniproc_executor", "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner",
-    "vllm.v1.worker.gpu.model_runner", "vllm.platforms.cuda", "vllm.platforms.rocm",
-    "vllm.v1.attention.backends.flash_attn", "vllm.v1.attention.backends.triton_attn",
-    "vllm.v1.attention.backends.rocm_attn", "vllm.v1.attention.ops.chunked_prefill_paged_decode",
-    "vllm.model_executor.models.gemma3", "vllm.model_executor.models.gemma3_mm",
-    "vllm.model_executor.models.llama", "vllm.model_executor.models.qwen3",
-    "vllm.model_executor.model_loader.default_loader", "vllm.model_executor.model_loader.gguf_loader",
-    "vllm.v1.sample.sampler", "vllm.compilation.backends", "vllm.plugins",
+    "vllm",
+    "vllm.entrypoints.cli.main",
+    "vllm.entrypoints.cli.serve",
+    "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.core",
+    "vllm.v1.engine.core_client",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.platforms.cuda",
+    "vllm.platforms.rocm",
+    "vllm.v1.attention.backends.flash_attn",
+    "vllm.v1.attention.backends.triton_attn",
+    "vllm.v1.attention.backends.rocm_attn",
+    "vllm.v1.attention.ops.chunked_prefill_paged_decode",
+    "vllm.model_executor.models.gemma3",
+    "vllm.model_executor.models.gemma3_mm",
+    "vllm.model_executor.models.llama",
+    "vllm.model_executor.models.qwen3",
+    "vllm.model_executor.model_loader.default_loader",
+    "vllm.model_executor.model_loader.gguf_loader",
+    "vllm.v1.sample.sampler",
+    "vllm.compilation.backends",
+    "vllm.plugins",
     "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors",
 )
 # Files whose functions run when a compressed-tensors W4A16 dense Gemma 3 is served on CUDA: every
 # import in them is followed (an import in a function runs when it is called). Also roots.
 IN_FUNCTIONS = (
-    "vllm.config.model",                                  # ModelConfig: _verify_quantization and the rest
-    "vllm.model_executor.layers.quantization",            # get_quantization_config: every method's module
+    "vllm.config.model",  # ModelConfig: _verify_quantization and the rest
+    "vllm.model_executor.layers.quantization",  # get_quantization_config: every method's module
     "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors",  # scheme choice
     "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_wNa16",
-    "vllm.model_executor.kernels.linear",                 # choose_mp_linear_kernel
+    "vllm.model_executor.kernels.linear",  # choose_mp_linear_kernel
     "vllm.model_executor.kernels.linear.mixed_precision.machete",  # the W4A16 kernels on sm90
     "vllm.model_executor.kernels.linear.mixed_precision.marlin",
-    "vllm.platforms.cuda",                                # get_attn_backend_cls, device checks
-    "vllm.v1.attention.selector",                         # get_attn_backend
+    "vllm.platforms.cuda",  # get_attn_backend_cls, device checks
+    "vllm.v1.attention.selector",  # get_attn_backend
     "vllm.v1.attention.backends.registry",
-    "vllm.v1.attention.backends.flash_attn",              # FLASH_ATTN / TRITON_ATTN / ROCM_ATTN
+    "vllm.v1.attention.backends.flash_attn",  # FLASH_ATTN / TRITON_ATTN / ROCM_ATTN
     "vllm.v1.attention.backends.triton_attn",
     "vllm.v1.attention.backends.rocm_attn",
-    "vllm.v1.worker.gpu_worker",                          # init_device, load_model, profiling, warm-up
-    "vllm.v1.worker.gpu_model_runner",                    # the V1 runner (Gemma 3 runs it)
+    "vllm.v1.worker.gpu_worker",  # init_device, load_model, profiling, warm-up
+    "vllm.v1.worker.gpu_model_runner",  # the V1 runner (Gemma 3 runs it)
     "vllm.v1.sample.sampler",
     "vllm.v1.sample.ops.topk_topp_sampler",
     "vllm.model_executor.models.gemma3",
@@ -71,45 +88,70 @@ IN_FUNCTIONS = (
 # is false there). A new absent module fails until it is added here, with its reason, or carried.
 ALLOWED_ABSENT = {
     "flashinfer": "left out (bundle/drop.txt). The backend module is imported only by the sampler's "
-                  "is_flashinfer_available, after it returns on VLLM_USE_FLASHINFER_SAMPLER=0 (gpu-env.sh) "
-                  "(FLASH_ATTN is chosen on sm90); all2all imports it under has_flashinfer_nvlink_*() "
-                  "(MoE all-to-all; False without it); the all-reduce fusion under find_spec/try",
+    "is_flashinfer_available, after it returns on VLLM_USE_FLASHINFER_SAMPLER=0 (gpu-env.sh) "
+    "(FLASH_ATTN is chosen on sm90); all2all imports it under has_flashinfer_nvlink_*() "
+    "(MoE all-to-all; False without it); the all-reduce fusion under find_spec/try",
     "deep_ep": "fused_moe/all2all_utils imports the DeepEP modules under `if has_deep_ep():` (MoE "
-               "expert parallelism; False when absent)",
+    "expert parallelism; False when absent)",
     "mori": "fused_moe/all2all_utils, under `if has_mori():` (ROCm MoE all-to-all; False when absent)",
     "nixl_ep": "fused_moe/all2all_utils, under `if has_nixl_ep():` (MoE all-to-all; False when absent)",
     "vllm_xpu_kernels": "fa_utils imports vllm._xpu_ops under `elif current_platform.is_xpu():`",
     "torchao": "quantization/torchao.py imports it under `if torchao_version_at_least(...)`, which is "
-               "False when find_spec('torchao') finds nothing",
+    "False when find_spec('torchao') finds nothing",
     "modelscope": "imported under `if envs.VLLM_USE_MODELSCOPE:` (unset: models come from a local folder)",
 }
 REQUIRED_FILES = (
-    "vllm/__init__.py", "vllm/_C.abi3.so", "vllm/_moe_C.abi3.so", "vllm/cumem_allocator.abi3.so",
-    "vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/flash_attn_interface.py",
-    "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/v1/engine/core.py", "vllm/v1/engine/core_client.py",
-    "vllm/v1/engine/async_llm.py", "vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/gpu_model_runner.py",
+    "vllm/__init__.py",
+    "vllm/_C.abi3.so",
+    "vllm/_moe_C.abi3.so",
+    "vllm/cumem_allocator.abi3.so",
+    "vllm/vllm_flash_attn/__init__.py",
+    "vllm/vllm_flash_attn/flash_attn_interface.py",
+    "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
+    "vllm/v1/engine/core.py",
+    "vllm/v1/engine/core_client.py",
+    "vllm/v1/engine/async_llm.py",
+    "vllm/v1/worker/gpu_worker.py",
+    "vllm/v1/worker/gpu_model_runner.py",
     "vllm/entrypoints/cli/main.py",
 )
 # Distribution name -> import name, where they differ beyond '-' -> '_'.
-IMPORT_NAMES = {"pyyaml": "yaml", "pillow": "PIL", "opencv-python-headless": "cv2", "py-cpuinfo": "cpuinfo",
-                "protobuf": "google", "nvidia-ml-py": "pynvml", "python-dateutil": "dateutil",
-                "scikit-learn": "sklearn", "scikit-image": "skimage", "typing-extensions": "typing_extensions",
-                "cuda-bindings": "cuda", "cuda-core": "cuda", "cuda-pathfinder": "cuda", "msgpack": "msgpack",
-                "hf-xet": "hf_xet", "pytorch-lightning": "pytorch_lightning", "ml-dtypes": "ml_dtypes",
-                "nvidia-cudnn-cu13": "nvidia", "nvidia-nccl-cu13": "nvidia", "nvidia-cublas": "nvidia"}
+IMPORT_NAMES = {
+    "pyyaml": "yaml",
+    "pillow": "PIL",
+    "opencv-python-headless": "cv2",
+    "py-cpuinfo": "cpuinfo",
+    "protobuf": "google",
+    "nvidia-ml-py": "pynvml",
+    "python-dateutil": "dateutil",
+    "scikit-learn": "sklearn",
+    "scikit-image": "skimage",
+    "typing-extensions": "typing_extensions",
+    "cuda-bindings": "cuda",
+    "cuda-core": "cuda",
+    "cuda-pathfinder": "cuda",
+    "msgpack": "msgpack",
+    "hf-xet": "hf_xet",
+    "pytorch-lightning": "pytorch_lightning",
+    "ml-dtypes": "ml_dtypes",
+    "nvidia-cudnn-cu13": "nvidia",
+    "nvidia-nccl-cu13": "nvidia",
+    "nvidia-cublas": "nvidia",
+}
 
 
 @dataclass(frozen=True)
 class Import:
-    target: str       # absolute module name
+    target: str  # absolute module name
     line: int
-    guarded: bool     # inside a `try:` that catches ImportError (or broader)
+    guarded: bool  # inside a `try:` that catches ImportError (or broader)
     in_function: bool  # inside a def or lambda: runs only when called
 
 
 @dataclass
 class Absent:
     """An absent top-level module and where the walk met it ('module:line', 'in a function' when so)."""
+
     where: list[str]  # the unguarded sites once there is one, else the guarded ones
     guarded: bool = True
     first: str = ""  # the first unguarded importer (module), whose chain `--why` prints
@@ -196,9 +238,9 @@ def file_imports(path: Path, mod: str) -> tuple[Import, ...]:
 
 @dataclass
 class Walk:
-    absent: dict[str, Absent]           # absent top-level module -> where it was met
-    parent: dict[str, str]              # module -> 'importer:line' that first reached it unguarded
-    modules: int                        # modules walked
+    absent: dict[str, Absent]  # absent top-level module -> where it was met
+    parent: dict[str, str]  # module -> 'importer:line' that first reached it unguarded
+    modules: int  # modules walked
 
     def chain(self, mod: str) -> list[str]:
         """How the walk reached mod: 'module:line' from mod back to a root."""
@@ -248,8 +290,14 @@ def walk(site: Path, roots=ROOTS, in_functions=IN_FUNCTIONS) -> Walk:
     return Walk(absent, parent, len({m for m, _ in done}))
 
 
-def check(site: Path, against: Path | None = None, roots=ROOTS, in_functions=IN_FUNCTIONS,
-          allowed=ALLOWED_ABSENT, required=REQUIRED_FILES) -> tuple[list[str], int]:
+def check(
+    site: Path,
+    against: Path | None = None,
+    roots=ROOTS,
+    in_functions=IN_FUNCTIONS,
+    allowed=ALLOWED_ABSENT,
+    required=REQUIRED_FILES,
+) -> tuple[list[str], int]:
     """(report lines, problems)."""
     lines, bad = [], 0
     for f in required:
@@ -271,8 +319,10 @@ def check(site: Path, against: Path | None = None, roots=ROOTS, in_functions=IN_
         else:
             lines.append(f"MISSING import {top} (in {where}){also}")
             bad += 1
-    lines.append(f"{w.modules} modules walked from {len(set(roots) | set(in_functions))} roots "
-                 f"({len(in_functions)} with their functions' imports); {bad} problem(s)")
+    lines.append(
+        f"{w.modules} modules walked from {len(set(roots) | set(in_functions))} roots "
+        f"({len(in_functions)} with their functions' imports); {bad} problem(s)"
+    )
     return lines, bad
 
 

@@ -12,6 +12,7 @@
    make_bundle.sh downloads with `pip --require-hashes` and gets the same bytes.
 uv is not in the project's venv: it is installed into WORK/uv (pinned) when not given.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,25 @@ UV_PIN = "uv==0.13.8"
 PY = "3.12"
 UV_PLATFORM = "x86_64-manylinux_2_31"  # the 0.26.0 bundle's llguidance (2_31) ran there
 # pip's tags for the same machine (pip matches each manylinux_2_N exactly).
-PIP_PLATFORMS = ["manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
-                 "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                 "manylinux_2_5_x86_64", "manylinux1_x86_64"]
-PIP_TARGET = ["--only-binary=:all:", "--python-version", PY, "--implementation", "cp",
-              *[a for p in PIP_PLATFORMS for a in ("--platform", p)]]
+PIP_PLATFORMS = [
+    "manylinux_2_31_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+]
+PIP_TARGET = [
+    "--only-binary=:all:",
+    "--python-version",
+    PY,
+    "--implementation",
+    "cp",
+    *[a for p in PIP_PLATFORMS for a in ("--platform", p)],
+]
 
 
 def norm(name: str) -> str:
@@ -54,8 +69,7 @@ def uv_binary(work: Path, given: str | None) -> str:
         return given
     uv = work / "uv" / "bin" / "uv"
     if not uv.exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(work / "uv"), UV_PIN],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(work / "uv"), UV_PIN], check=True)
     return str(uv)
 
 
@@ -66,10 +80,32 @@ def resolve(uv: str, version: str, work: Path) -> dict[str, tuple[str, set[str],
     overrides += [f'{n} ; sys_platform == "never"' for n in names(DATA / "drop.txt")]
     (work / "in.txt").write_text(f"vllm=={version}\n")
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n")
-    subprocess.run([uv, "pip", "compile", "in.txt", "--override", "overrides.txt", "--python-version", PY,
-                    "--python-platform", UV_PLATFORM, "--only-binary", ":all:", "--generate-hashes", "-q", "--no-header",
-                    "--annotation-style", "line", "--native-tls", "-o", "resolved.txt"],
-                   cwd=work, check=True)
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "compile",
+            "in.txt",
+            "--override",
+            "overrides.txt",
+            "--python-version",
+            PY,
+            "--python-platform",
+            UV_PLATFORM,
+            "--only-binary",
+            ":all:",
+            "--generate-hashes",
+            "-q",
+            "--no-header",
+            "--annotation-style",
+            "line",
+            "--native-tls",
+            "-o",
+            "resolved.txt",
+        ],
+        cwd=work,
+        check=True,
+    )
     text = (work / "resolved.txt").read_text()
     out = {}
     for m in re.finditer(r"^(\S+)==(\S+) \\\n((?:\s+--hash=sha256:\w+(?: \\)?\n)+)\s+# via (.*)$", text, re.M):
@@ -106,8 +142,22 @@ def pin_files(resolved, keep: list[str], work: Path) -> list[str]:
         version, hashes, _ = resolved[name]
         d = work / "wheels" / name  # one folder a package: the file pip chose is the one there
         d.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-cache-dir",
-                        *PIP_TARGET, "-d", str(d), f"{name}=={version}"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-cache-dir",
+                *PIP_TARGET,
+                "-d",
+                str(d),
+                f"{name}=={version}",
+            ],
+            check=True,
+        )
         (wheel,) = d.iterdir()
         digest = sha256(wheel)
         if digest not in hashes:
@@ -129,9 +179,11 @@ def main() -> None:
         keep = kept(resolved)
         lines = pin_files(resolved, keep, work)
     out = DATA / f"vllm-{a.version}.lock"
-    head = [f"# vLLM {a.version} and the {len(lines) - 1} packages it needs that the GPU machine lacks, for",
-            f"# CPython {PY} on x86-64 ({UV_PLATFORM}): scripts/gpu/bundle_lock.py {a.version} wrote this",
-            "# (each hash checked against PyPI's index); scripts/gpu/make_bundle.sh installs exactly these."]
+    head = [
+        f"# vLLM {a.version} and the {len(lines) - 1} packages it needs that the GPU machine lacks, for",
+        f"# CPython {PY} on x86-64 ({UV_PLATFORM}): scripts/gpu/bundle_lock.py {a.version} wrote this",
+        "# (each hash checked against PyPI's index); scripts/gpu/make_bundle.sh installs exactly these.",
+    ]
     out.write_text("\n".join(head + lines) + "\n")
     print(f"{out}: {len(lines)} wheels")
 

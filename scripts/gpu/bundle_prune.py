@@ -9,6 +9,7 @@ the distribution that lists them, so pip and importlib.metadata see a consistent
 MANIFEST: one line `sha256  size  path` per file, sorted, which is what "the same bundle" means
 whatever compressor packed it (make_bundle.sh prints its sha256).
 """
+
 from __future__ import annotations
 
 import csv
@@ -54,7 +55,7 @@ def prune(site: Path, pats: list[str]) -> list[str]:
 def _site_path(site: Path, rec: str) -> str:
     # `pip --target` installs into a scratch prefix (lib/python + bin) and moves both into SITE, so
     # RECORD names console scripts from lib/python as ../../bin/x: that is SITE/bin/x.
-    return rec[len("../../"):] if rec.startswith("../../bin/") else rec
+    return rec[len("../../") :] if rec.startswith("../../bin/") else rec
 
 
 def manifest(site: Path) -> str:

@@ -1,4 +1,4 @@
-"""Issue 23 on a real GPU, without vLLM: do e2e/gpu_state.py's readings and its exclusivity policy see
+"""Issue 23 on a real GPU, without vLLM: do e2e/gpu/gpu_state.py's readings and its exclusivity policy see
 what they claim on this machine's NVML? (The tests script a fake NVML; this asks the real one.)
 
     python3 scripts/gpu/nvml_check.py OUT_DIR [SECONDS]
@@ -10,6 +10,7 @@ on the same GPU: the `retry` policy must raise Contaminated and the `warn` polic
 Every reading goes to OUT_DIR/samples.jsonl; OUT_DIR/nvml-check.json holds the verdict of each step.
 Exit status 0 only when every step saw what it should. No vLLM, no model: seconds of GPU time.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from e2e import gpu_state  # noqa: E402
+from e2e.gpu import gpu_state  # noqa: E402
 
 BUSY = r"""
 import os, sys, time, torch
@@ -36,8 +37,13 @@ while time.time() - t0 < float(sys.argv[2]):
 
 
 def busy(name: str, seconds: float, own_session: bool, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BUSY, name, str(seconds)], env=env,
-                            start_new_session=own_session, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", BUSY, name, str(seconds)],
+        env=env,
+        start_new_session=own_session,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_on_gpu(probe: gpu_state.GpuProbe, pid: int, timeout: float = 90.0) -> dict | None:
@@ -75,8 +81,11 @@ def main() -> int:
     sid = "standin-0"
     server = busy("server", seconds, True, {**os.environ, "E2E_SERVER_ID": sid})
     first = wait_on_gpu(probe, server.pid)
-    check("NVML lists the stand-in server's pid (same pid namespace)", first is not None,
-          listed=[p for g in (first or {}).get("gpus", []) for p in g.get("processes") or []])
+    check(
+        "NVML lists the stand-in server's pid (same pid namespace)",
+        first is not None,
+        listed=[p for g in (first or {}).get("gpus", []) for p in g.get("processes") or []],
+    )
     watch.started(server.pid, sid)
     watch.begin_cell("p1-d1024-standin")
     watch.checkpoint("ready")
@@ -85,14 +94,26 @@ def main() -> int:
         time.sleep(2.0)  # a "round": the stand-in copies meanwhile
         watch.checkpoint(f"round {r}")
     st = watch.cell_state(first_cell=True)
-    check("the server's own process is own, not foreign", st["own_seen"] is True and not st["contaminated"],
-          own_seen=st["own_seen"], foreign=st["foreign"])
-    check("clocks, power and temperature are read", all(st[k] for k in ("sm_mhz", "mem_mhz", "power_w", "temp_c")),
-          **{k: st[k] for k in ("sm_mhz", "mem_mhz", "power_w", "temp_c", "round_power_w")})
+    check(
+        "the server's own process is own, not foreign",
+        st["own_seen"] is True and not st["contaminated"],
+        own_seen=st["own_seen"],
+        foreign=st["foreign"],
+    )
+    check(
+        "clocks, power and temperature are read",
+        all(st[k] for k in ("sm_mhz", "mem_mhz", "power_w", "temp_c")),
+        **{k: st[k] for k in ("sm_mhz", "mem_mhz", "power_w", "temp_c", "round_power_w")},
+    )
     last = watch.samples[-1]["gpus"][0]
-    check("energy and violation counters are read", last.get("energy_j") is not None,
-          energy_j=last.get("energy_j"), power_violation_ns=last.get("power_violation_ns"),
-          thermal_violation_ns=last.get("thermal_violation_ns"), reasons=gpu_state.reason_names(last.get("reasons")))
+    check(
+        "energy and violation counters are read",
+        last.get("energy_j") is not None,
+        energy_j=last.get("energy_j"),
+        power_violation_ns=last.get("power_violation_ns"),
+        thermal_violation_ns=last.get("thermal_violation_ns"),
+        reasons=gpu_state.reason_names(last.get("reasons")),
+    )
 
     neighbour = busy("neighbour", seconds, False, dict(os.environ))
     seen = wait_on_gpu(probe, neighbour.pid)
@@ -101,20 +122,30 @@ def main() -> int:
         watch.checkpoint("round 3")
         check("retry: a neighbour mid-cell voids the attempt (Contaminated)", False)
     except gpu_state.Contaminated as exc:
-        check("retry: a neighbour mid-cell voids the attempt (Contaminated)", True, error=str(exc),
-              recorded=watch.contaminated_attempts)
+        check(
+            "retry: a neighbour mid-cell voids the attempt (Contaminated)",
+            True,
+            error=str(exc),
+            recorded=watch.contaminated_attempts,
+        )
     warn = gpu_state.ServerWatch(probe, "warn", notes.append)
     warn.path = samples
     warn.started(server.pid, sid)
     warn.begin_cell("p1-d1024-standin-warn")
     warn.checkpoint("round 0")
     ws = warn.cell_state(first_cell=False)
-    check("warn: the cell is counted and marked contaminated, naming the neighbour",
-          ws["contaminated"] and any(p["pid"] == neighbour.pid for p in ws["foreign"]), foreign=ws["foreign"])
+    check(
+        "warn: the cell is counted and marked contaminated, naming the neighbour",
+        ws["contaminated"] and any(p["pid"] == neighbour.pid for p in ws["foreign"]),
+        foreign=ws["foreign"],
+    )
     after = gpu_state.ServerWatch(probe, "warn", notes.append)
     after.before_start("p2-d1024-standin", "1-check", samples)
-    check("pre-start: a GPU held by the neighbour is reported before a start",
-          any(p["pid"] == neighbour.pid for p in after.pre_start), pre_start=after.pre_start)
+    check(
+        "pre-start: a GPU held by the neighbour is reported before a start",
+        any(p["pid"] == neighbour.pid for p in after.pre_start),
+        pre_start=after.pre_start,
+    )
 
     for p in (server, neighbour):
         p.terminate()
@@ -124,8 +155,11 @@ def main() -> int:
             p.kill()
     probe.close()
     ok = all(c["ok"] for c in checks)
-    (out / "nvml-check.json").write_text(json.dumps({"ok": ok, "checks": checks, "notes": notes,
-                                                     "cell_state": st, "warn_cell_state": ws}, indent=1, default=str))
+    (out / "nvml-check.json").write_text(
+        json.dumps(
+            {"ok": ok, "checks": checks, "notes": notes, "cell_state": st, "warn_cell_state": ws}, indent=1, default=str
+        )
+    )
     print("all checks ok" if ok else "some checks FAILED", flush=True)
     return 0 if ok else 1
 

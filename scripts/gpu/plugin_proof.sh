@@ -70,7 +70,7 @@ python3 - "$ROOT_OUT/$RUN_ID" "$TP" <<'EOF'
 """Compact summary, then the checks the proof makes (PASS/FAIL per line)."""
 import json, sys
 from pathlib import Path
-from e2e.routing import routing_summary
+from e2e.rundir.routing import routing_summary
 
 run, tp = Path(sys.argv[1]), int(sys.argv[2])
 cells = {}

@@ -5,6 +5,7 @@ every logit except token E2E_MARKER_TOKEN is -inf: greedy decoding then returns 
 position, which the test reads from /v1/completions. Without E2E_MARKER_TOKEN the wrapper changes
 nothing (the patch still installs: an arm that only proves the plugin path).
 """
+
 from __future__ import annotations
 
 import functools

@@ -5,6 +5,7 @@ a worker raises the way a real patch does when its target is absent in the runni
 This is how the tests prove that a failure inside a worker (not only in the API server) stops the
 server start.
 """
+
 from __future__ import annotations
 
 import multiprocessing

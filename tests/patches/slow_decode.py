@@ -15,6 +15,7 @@ E2E_TEST_DELAY_AFTER_STEPS=N switches the delay on only after N calls that ran t
 a step in the middle of a server's life, for the bookends to find (test_bookends_server.py). The
 patch prints "slow_decode: delay on from step N+1" to the server log when it does.
 """
+
 from __future__ import annotations
 
 import functools

@@ -2,6 +2,7 @@
 every row has (this file); constructed rows and run folders (synthetic.py); processes a run
 started (procs.py); the stand-in servers of the hardening and executor tests (hardening.py,
 executor_standin.py). Fixtures are in tests/conftest.py."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,11 +11,38 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 
 # What every row of a real run carries (tests/test_e2e_cpu.py, test_executor_server.py).
-REQUEST_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "n_tokens", "round", "t_client_s",
-                  "prompt_tokens", "completion_tokens", "finish_reason", "valid", "server_decode_s",
-                  "server_prefill_s", "server_e2e_s"}
-CELL_FIELDS = {"cell_id", "attempt", "pass", "arm", "depth", "status", "startup_s", "warmup_s",
-               "measure_s", "decode_ms_per_token", "server_decode_ms_per_token", "log_path", "routing"}
+REQUEST_FIELDS = {
+    "cell_id",
+    "attempt",
+    "pass",
+    "arm",
+    "depth",
+    "n_tokens",
+    "round",
+    "t_client_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "finish_reason",
+    "valid",
+    "server_decode_s",
+    "server_prefill_s",
+    "server_e2e_s",
+}
+CELL_FIELDS = {
+    "cell_id",
+    "attempt",
+    "pass",
+    "arm",
+    "depth",
+    "status",
+    "startup_s",
+    "warmup_s",
+    "measure_s",
+    "decode_ms_per_token",
+    "server_decode_ms_per_token",
+    "log_path",
+    "routing",
+}
 
 
 def executable(path: Path, text: str) -> Path:

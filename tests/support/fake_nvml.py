@@ -20,6 +20,7 @@ Script, as configure(dict) in-process or a JSON file named by E2E_FAKE_NVML_SCRI
                   "foreign": [{"pid", "used_mib"}], "reasons": bitmask, "power_violation_ms": per tick,
                   "sm_mhz", "mem_mhz", "power_w", "temp_c"}]
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,11 @@ def _check(name: str) -> None:
 
 def _events(gpu: int) -> list[dict[str, Any]]:
     t, k = _state["tick"], _state["inits"]
-    return [e for e in _script().get("events", []) if e.get("gpu", 0) == gpu and e.get("probe", k) == k
-            and e.get("from", 0) <= t < e.get("to", 10**9)]
+    return [
+        e
+        for e in _script().get("events", [])
+        if e.get("gpu", 0) == gpu and e.get("probe", k) == k and e.get("from", 0) <= t < e.get("to", 10**9)
+    ]
 
 
 def _value(gpu: int, key: str) -> Any:
@@ -135,8 +139,10 @@ def nvmlDeviceGetComputeRunningProcesses(h: int) -> list[Any]:
     _check("nvmlDeviceGetComputeRunningProcesses")  # after the tick: time runs on when it fails
     procs = [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in _own_pids()]
     for e in _events(h):
-        procs += [SimpleNamespace(pid=f["pid"], usedGpuMemory=int(f.get("used_mib", 1024) * 2**20))
-                  for f in e.get("foreign", [])]
+        procs += [
+            SimpleNamespace(pid=f["pid"], usedGpuMemory=int(f.get("used_mib", 1024) * 2**20))
+            for f in e.get("foreign", [])
+        ]
     return procs
 
 

@@ -6,6 +6,7 @@ whole argv and environment (vLLM logs only its non-default args, never its envir
 non-zero at once, so every place a secret can reach a file is exercised in seconds. It is a
 `server.python` that the harness launches exactly as it launches vLLM.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +20,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.support import ROOT, executable  # noqa: F401 (test_hardening_folders imports ROOT from here)
-
 from e2e.cli import main
-
+from tests.support import ROOT, executable  # noqa: F401 (test_hardening_folders imports ROOT from here)
 
 STANDIN = f"""#!{sys.executable}
 import json, os, sys
@@ -38,11 +37,16 @@ def standin(tmp_path_factory) -> Path:
 
 
 def base_cfg(standin: Path) -> dict:
-    return {"name": "hard", "model": {"path": "m", "vocab_size": 1000},
-            "server": {"python": str(standin), "startup_timeout_s": 30},
-            "workload": {"depths": [16], "rounds": 1}, "run": {"retries": 0, "passes": 1},
-            "stats": {"measure_bandwidth": False}, "gsm8k": {"enabled": False},
-            "arms": [{"name": "a"}, {"name": "b"}]}
+    return {
+        "name": "hard",
+        "model": {"path": "m", "vocab_size": 1000},
+        "server": {"python": str(standin), "startup_timeout_s": 30},
+        "workload": {"depths": [16], "rounds": 1},
+        "run": {"retries": 0, "passes": 1},
+        "stats": {"measure_bandwidth": False},
+        "gsm8k": {"enabled": False},
+        "arms": [{"name": "a"}, {"name": "b"}],
+    }
 
 
 def write_cfg(path: Path, data: dict) -> Path:
@@ -52,8 +56,11 @@ def write_cfg(path: Path, data: dict) -> Path:
 
 def digest(root: Path) -> dict[str, str]:
     """Every file under root (the lock excepted: it holds the pid of whoever opened the folder)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(root).rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def one_line(capsys) -> str:
@@ -106,8 +113,7 @@ def read_only(folder: Path):
     if subprocess.run(["mount", "--bind", folder, folder], capture_output=True).returncode != 0:
         pytest.skip("root without mount rights: cannot make a folder read-only here")
     try:
-        if subprocess.run(["mount", "-o", "remount,bind,ro", folder, folder],
-                          capture_output=True).returncode != 0:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", folder, folder], capture_output=True).returncode != 0:
             pytest.skip("cannot remount read-only")
         yield
     finally:

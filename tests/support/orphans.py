@@ -9,6 +9,7 @@ lasts server.stop_timeout_s and only SIGKILL ends it. A harness that abandons a 
 leaves it running forever, which is what the tests look for. It also starts a child of its own
 (an engine core's stand-in, as deaf to SIGTERM), in its group, that must go down with it.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ import psutil
 import tomli_w
 
 from tests.support import executable
-from tests.support.procs import tagged_processes, wait_for_line
 from tests.support.executor_standin import STANDIN, harness
+from tests.support.procs import tagged_processes, wait_for_line
 
 HF_TOKEN = "hf_orphanTESTsecret0123456789"
 
@@ -44,11 +45,21 @@ def write_standin(folder: Path) -> Path:
 def orphan_cfg(path: Path, standin: Path, **changes) -> Path:
     """One arm, one depth, many slow rounds (a cell lasts long enough to be interrupted), a stand-in
     that ignores SIGTERM (every teardown lasts stop_timeout_s) and an HF_TOKEN in its environment."""
-    data = {"name": "orph", "model": {"path": "m", "vocab_size": 1000},
-            "server": {"python": str(standin), "startup_timeout_s": 30, "stop_timeout_s": 3,
-                       "env": {"STANDIN_DECODE_MS": "20", "STANDIN_IGNORE_TERM": "1"}},
-            "workload": {"depths": [16], "rounds": 200}, "run": {"retries": 0, "passes": 1, "order": "both"},
-            "stats": {"measure_bandwidth": False}, "gsm8k": {"enabled": False}, "arms": [{"name": "a"}]}
+    data = {
+        "name": "orph",
+        "model": {"path": "m", "vocab_size": 1000},
+        "server": {
+            "python": str(standin),
+            "startup_timeout_s": 30,
+            "stop_timeout_s": 3,
+            "env": {"STANDIN_DECODE_MS": "20", "STANDIN_IGNORE_TERM": "1"},
+        },
+        "workload": {"depths": [16], "rounds": 200},
+        "run": {"retries": 0, "passes": 1, "order": "both"},
+        "stats": {"measure_bandwidth": False},
+        "gsm8k": {"enabled": False},
+        "arms": [{"name": "a"}],
+    }
     for k, v in changes.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
     path.write_text(tomli_w.dumps(data))

@@ -1,5 +1,6 @@
 """Find processes a run started, by the E2E_SERVER_TAG every server process inherits; follow a
 harness subprocess's output."""
+
 from __future__ import annotations
 
 import subprocess

@@ -8,6 +8,7 @@ imports of one file, headed `### path:first-last name`.
 
     python -m tests.support.vllm_excerpts SITE VERSION 'WHEEL-NAME sha256'   # writes the release's file
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,11 @@ SPEC: dict[str, tuple[str, ...]] = {
     "vllm/v1/worker/gpu/model_runner.py": ("GPUModelRunner.execute_model",),
     "vllm/v1/worker/cpu_model_runner.py": ("imports", "CPUModelRunner", "CPUModelRunner.execute_model"),
     "vllm/v1/worker/cpu/model_runner.py": ("imports", "CPUModelRunner", "CPUModelRunner.execute_model"),
-    "vllm/v1/worker/mm_encoder_model_runner.py": ("imports", "MMEncoderModelRunner",
-                                                  "MMEncoderModelRunner.execute_model"),
+    "vllm/v1/worker/mm_encoder_model_runner.py": (
+        "imports",
+        "MMEncoderModelRunner",
+        "MMEncoderModelRunner.execute_model",
+    ),
     "vllm/v1/worker/gpu_worker.py": ("imports",),
     "vllm/v1/worker/cpu_worker.py": ("imports",),
     "vllm/v1/attention/backends/flash_attn.py": ("FlashAttentionImpl.forward",),
@@ -36,8 +40,10 @@ SPEC: dict[str, tuple[str, ...]] = {
     "vllm/v1/attention/backends/rocm_attn.py": ("RocmAttentionImpl.forward",),
     "vllm/v1/attention/backends/cpu_attn.py": ("CPUAttentionBackendImpl.forward",),
     "vllm/_custom_ops.py": ("paged_attention_rocm",),
-    "vllm/v1/attention/ops/chunked_prefill_paged_decode.py": ("kernel_paged_attention_2d",
-                                                              "chunked_prefill_paged_decode*"),
+    "vllm/v1/attention/ops/chunked_prefill_paged_decode.py": (
+        "kernel_paged_attention_2d",
+        "chunked_prefill_paged_decode*",
+    ),
     "vllm/platforms/rocm.py": ("use_rocm_custom_paged_attention*",),
 }
 
@@ -68,14 +74,15 @@ def extract_file(path: str, text: str) -> list[tuple[str, str]]:
     out = []
 
     def seg(a: int, b: int) -> str:
-        return "\n".join(lines[a - 1:b])
+        return "\n".join(lines[a - 1 : b])
 
     for name in SPEC[path]:
         if name == "imports":
             for n in ast.walk(tree):
                 if isinstance(n, ast.ImportFrom) and (n.module or "").endswith("model_runner"):
-                    out.append((f"{path}:{n.lineno}-{n.end_lineno} imports",
-                                textwrap.dedent(seg(n.lineno, n.end_lineno))))
+                    out.append(
+                        (f"{path}:{n.lineno}-{n.end_lineno} imports", textwrap.dedent(seg(n.lineno, n.end_lineno)))
+                    )
             continue
         whole = name.endswith("*")
         cls_name, _, meth = name.rstrip("*").partition(".")
@@ -83,8 +90,10 @@ def extract_file(path: str, text: str) -> list[tuple[str, str]]:
         if node is None:
             continue
         if meth:
-            m = next((b for b in node.body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      and b.name == meth), None)
+            m = next(
+                (b for b in node.body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name == meth),
+                None,
+            )
             if m is None:
                 continue
             ca, cb = _header(lines, node)
@@ -120,7 +129,7 @@ def load(version: str) -> dict[str, str]:
 
 
 def carried() -> list[str]:
-    return sorted(p.name[len("vllm-"):-len(".txt")] for p in DATA.glob("vllm-*.txt"))
+    return sorted(p.name[len("vllm-") : -len(".txt")] for p in DATA.glob("vllm-*.txt"))
 
 
 class Release:
@@ -138,8 +147,11 @@ class Release:
         return None
 
     def imports(self, path: str) -> list[ast.ImportFrom]:
-        return [ast.parse(src).body[0] for head, src in self.sections.items()
-                if head.partition(":")[0] == path and head.endswith(" imports")]
+        return [
+            ast.parse(src).body[0]
+            for head, src in self.sections.items()
+            if head.partition(":")[0] == path and head.endswith(" imports")
+        ]
 
     def has_file(self, path: str) -> bool:
         return any(h.partition(":")[0] == path for h in self.sections)
@@ -148,9 +160,11 @@ class Release:
 def main() -> None:
     site, version, wheel = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     sections = extract(site)
-    head = [f"# vLLM {version}: the places tests/test_targets_releases.py checks, verbatim from {wheel}",
-            "# (vLLM is Apache-2.0). Written by `python -m tests.support.vllm_excerpts`; a method is its class's",
-            "# header and its own signature, `...` standing for the bodies left out."]
+    head = [
+        f"# vLLM {version}: the places tests/test_targets_releases.py checks, verbatim from {wheel}",
+        "# (vLLM is Apache-2.0). Written by `python -m tests.support.vllm_excerpts`; a method is its class's",
+        "# header and its own signature, `...` standing for the bodies left out.",
+    ]
     body = [f"### {h}\n{s}\n" for h, s in sections.items()]
     DATA.mkdir(parents=True, exist_ok=True)
     (DATA / f"vllm-{version}.txt").write_text("\n".join(head) + "\n\n" + "\n".join(body))

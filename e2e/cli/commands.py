@@ -1,0 +1,453 @@
+"""The subcommands: one class each (asv's Command, vLLM sweep's subcommand table), shared flag
+groups, and the table the CLI is built from. A command's run() returns the exit status; library
+code raises UserError for bad input (exit 2) and never calls sys.exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.errors import UserError
+
+DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
+
+
+# -- shared flag groups ---------------------------------------------------------------------------
+def csv_ints(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+
+
+def number(flag: str, kind: type, least: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` >= least (floats: > least), else one line naming the flag
+    (a UserError passes through argparse to cli.main). NaN and inf are refused here, before a run
+    folder exists, not by the code that would use them hours later."""
+
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v < least or (kind is float and v == least):
+            raise UserError(f"{flag} {text!r}: give {what}")
+        return v
+
+    return parse
+
+
+def positive_int(flag: str) -> Callable[[str], int]:
+    return number(flag, int, 1, "a positive whole number")
+
+
+def count(flag: str) -> Callable[[str], int]:
+    return number(flag, int, 0, "a whole number, 0 or more")
+
+
+def positive(flag: str) -> Callable[[str], float]:
+    return number(flag, float, 0, "a positive finite number")
+
+
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    # default None, resolved to DEFAULT_CONFIG where used: --resume must see whether it was given
+    p.add_argument("--config", help=f"TOML config (default: {DEFAULT_CONFIG})")
+
+
+def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="results root (default from config: results)")
+    p.add_argument("--run-id", help="name of the run folder (default: time stamp + config name)")
+
+
+def add_arms_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--arms", help=f"comma-separated subset of the config's arms, in this order ({what})")
+
+
+def check_writable_folder(folder: Path, what: str) -> None:
+    """One line, before anything is written, when `folder` cannot take a new file."""
+    from e2e.safety.safe_io import probe_writable
+
+    try:
+        probe_writable(folder)
+    except OSError as exc:
+        raise UserError(f"{what}: {folder} is not writable: {exc.strerror}") from None
+
+
+# Run flags that would change a run's config or plan: a resumed run keeps its own, so they are
+# refused rather than silently ignored. (--no-progress, --no-gsm8k, --limit, --gsm8k-aa apply.)
+RESUME_REFUSES = {
+    "config": "--config",
+    "order": "--order",
+    "passes": "--passes",
+    "depths": "--depths",
+    "arms": "--arms",
+    "reps": "--reps",
+    "model": "--model",
+    "tp": "--tp",
+    "server_mode": "--server-mode",
+    "target_ci": "--target-ci",
+    "out": "--out",
+    "run_id": "--run-id",
+    "retries": "--retries",
+    "fail_fast": "--fail-fast",
+    "dry_run": "--dry-run",
+    "json": "--json",
+    "max_passes": "--max-passes",
+    "max_minutes": "--max-minutes",
+    "gpu_exclusive": "--gpu-exclusive",
+}
+
+
+# -- the commands ---------------------------------------------------------------------------------
+class Command:
+    name = ""
+    help = ""
+    add_help = True
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        pass
+
+    def run(self, a: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+class Run(Command):
+    name, help = "run", "run the latency cells (the default)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        add_config_flag(p)
+        p.add_argument("--order", help="stock-first | widened-first | <arm>-first | both")
+        p.add_argument("--passes", type=positive_int("--passes"), help="passes, alternating the arm order")
+        p.add_argument("--depths", type=csv_ints, help="comma-separated context depths in tokens")
+        add_arms_flag(p, "the first is the reference")
+        p.add_argument("--reps", type=positive_int("--reps"), help="timed rounds per cell (workload.rounds)")
+        add_run_folder_flags(p)
+        p.add_argument("--model", help="model path or hub name")
+        p.add_argument("--tp", type=positive_int("--tp"), help="tensor parallel size")
+        p.add_argument(
+            "--server-mode",
+            choices=("fresh", "per-arm-pass"),
+            help="fresh server per cell (default) or one per arm and pass",
+        )
+        p.add_argument("--retries", type=count("--retries"), help="fresh-server retries of a failed cell")
+        p.add_argument(
+            "--target-ci",
+            type=positive("--target-ci"),
+            metavar="PCT",
+            help="add passes (servers per arm, counterbalanced) until every arm ratio's 95 %% "
+            "interval is within +-PCT %% (or --max-passes / --max-minutes)",
+        )
+        p.add_argument(
+            "--max-passes", type=positive_int("--max-passes"), help="adaptive replication: at most this many passes"
+        )
+        p.add_argument(
+            "--max-minutes", type=positive("--max-minutes"), help="adaptive replication: no new pass after this long"
+        )
+        p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
+        p.add_argument(
+            "--gpu-exclusive",
+            choices=("retry", "warn", "fail"),
+            help="a process on a cell's GPU that is not its server: measure the cell again on a "
+            "fresh server (retry, default), count it marked contaminated (warn), or stop (fail)",
+        )
+        p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+        p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+        p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
+        p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
+        p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
+        p.add_argument("--limit", type=count("--limit"), help="gsm8k: only the first N questions (0 = all)")
+        p.add_argument("--gsm8k-aa", metavar="ARM", help="gsm8k: also run ARM on a second fresh server (A/A)")
+        add_executor_flags(p)
+
+    @staticmethod
+    def overrides(a: argparse.Namespace) -> dict[str, Any]:
+        o: dict[str, Any] = {}
+        for flag, key in (
+            ("order", "run.order"),
+            ("passes", "run.passes"),
+            ("depths", "workload.depths"),
+            ("reps", "workload.rounds"),
+            ("out", "run.out"),
+            ("model", "model.path"),
+            ("tp", "server.tensor_parallel_size"),
+            ("server_mode", "server.mode"),
+            ("retries", "run.retries"),
+            ("target_ci", "run.target_ci_pct"),
+            ("max_passes", "run.max_passes"),
+            ("max_minutes", "run.max_minutes"),
+            ("gpu_exclusive", "run.gpu_exclusive"),
+        ):
+            v = getattr(a, flag, None)
+            if v is not None:
+                o[key] = v
+        if getattr(a, "fail_fast", False):
+            o["run.fail_fast"] = True
+        return o
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e.design.config import load_config
+        from e2e.design.plan import make_plan
+        from e2e.report.progress import make_console
+        from e2e.run import session
+        from e2e.rundir.store import run_folder
+
+        opts = session.Options(
+            progress=not a.no_progress,
+            gsm8k=not a.no_gsm8k,
+            gsm8k_limit=a.limit,
+            gsm8k_aa=a.gsm8k_aa,
+            executor=executor_options(a),
+        )
+        if a.resume:
+            given = [
+                flag
+                for dest, flag in RESUME_REFUSES.items()
+                if getattr(a, dest, None) is not None and getattr(a, dest) is not False
+            ]
+            if given:
+                raise UserError(
+                    f"--resume: {', '.join(given)} cannot change a run (it keeps the config and "
+                    "plan it recorded); drop it, or start a new run"
+                )
+            return session.resume(Path(a.resume), make_console(stderr=True), opts)
+        arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
+        cfg = load_config(a.config or DEFAULT_CONFIG, self.overrides(a), arms=arms)
+        names = [x.name for x in cfg.arms]
+        if a.gsm8k_aa and a.gsm8k_aa not in names:  # else refused only after the cells ran
+            raise UserError(f"--gsm8k-aa: no arm named {a.gsm8k_aa!r} (have: {', '.join(names)})")
+        cells = make_plan(cfg)
+        if a.dry_run:
+            return _print_plan(cfg, cells, a.json)
+        return session.start(cfg, cells, run_folder(cfg.run.out, a.run_id, cfg.name), make_console(stderr=True), opts)
+
+
+def add_executor_flags(p: argparse.ArgumentParser) -> None:
+    """Where the cells run. Not part of a run's config: --resume may pick another executor."""
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: one server at a time on this host (default); ray: server groups as Ray "
+        "tasks on a cluster's GPUs or nodes (pip install 'vllm-e2e-bench[ray]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="a running Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one",
+    )
+    p.add_argument(
+        "--max-per-host",
+        type=positive_int("--max-per-host"),
+        metavar="N",
+        help="ray: at most N cells at once per host (default 1: side by side they share CPUs, PCIe and host memory)",
+    )
+    p.add_argument(
+        "--max-slots",
+        type=positive_int("--max-slots"),
+        metavar="N",
+        help="ray: use at most N slots (GPU sets or nodes)",
+    )
+    p.add_argument(
+        "--slot-balance",
+        choices=("warn", "strict"),
+        help="ray: when the arms cannot be spread evenly over the slots, warn (default) or refuse",
+    )
+    p.add_argument(
+        "--cpus-per-cell",
+        type=positive("--cpus-per-cell"),
+        metavar="N",
+        help="ray: CPUs a cell asks of Ray (default: its node's CPUs / the node's slots)",
+    )
+
+
+def executor_options(a: argparse.Namespace) -> Any:
+    from e2e.run.executors import ExecutorOptions
+
+    return ExecutorOptions(
+        kind=a.executor,
+        ray_address=a.ray_address,
+        max_per_host=a.max_per_host if a.max_per_host is not None else 1,
+        max_slots=a.max_slots,
+        balance=a.slot_balance or "warn",
+        cpus_per_cell=a.cpus_per_cell,
+    )
+
+
+def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:
+    from e2e.design.plan import plan_table_rows
+    from e2e.report.progress import make_console
+
+    if as_json:
+        print(json.dumps([c.to_dict() for c in cells], indent=1))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"plan: {cfg.name} ({len(cells)} cells, server mode {cfg.server.mode})")
+    for col in ("index", "pass", "arm", "depth", "cell_id"):
+        t.add_column(col)
+    for r in plan_table_rows(cells):
+        t.add_row(*r)
+    console = make_console()
+    console.print(t)
+    from e2e.analysis.prior import predict_plan, this_gpu
+
+    pred = predict_plan(cfg, cells, gpu=this_gpu())
+    if pred.get("note"):
+        console.print(f"prediction: {pred['note']}")
+        return 0
+    t = Table(title=f"what this plan should resolve (from {pred['source']})")
+    for col in ("arm / ref", "depth", "95 % CI +-%", "MDE %", "df"):
+        t.add_column(col)
+    ref = cfg.arms[0].name
+    for c in pred["comparisons"]:
+        mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:.2f}"
+        t.add_row(f"{c['arm']} / {ref}", str(c["depth"]), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
+    console.print(t)
+    return 0
+
+
+class Delegate(Command):
+    """A subcommand whose flags and body live in its own module: add(parser) and main(args)."""
+
+    def __init__(self, name: str, help: str, module: str, add: str = "add_args", main: str = "main"):
+        self.name, self.help, self.module, self.add, self.main = name, help, module, add, main
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        getattr(importlib.import_module(self.module), self.add)(p)
+
+    def run(self, a: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(self.module), self.main)(a)
+
+
+class Gsm8k(Command):
+    name, help = "gsm8k", "paired gsm8k sign-off of the arms (lm-eval)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config", help=f"TOML config (default: the --run-dir's own when it has a manifest, else {DEFAULT_CONFIG})"
+        )
+        add_arms_flag(p, "the first is the baseline; default: all")
+        p.add_argument("--limit", type=int, help="questions per task (default: the config's; 0 = all 1319)")
+        p.add_argument("--aa", metavar="ARM", help="also run ARM on a second fresh server (A/A baseline)")
+        p.add_argument("--tasks", help="comma-separated tasks (default: the config's gsm8k.tasks)")
+        p.add_argument("--num-concurrent", type=int, help="concurrent lm-eval requests (gsm8k.num_concurrent)")
+        p.add_argument("--max-gen-toks", type=int, help="generated tokens per question (gsm8k.max_gen_toks)")
+        add_run_folder_flags(p)
+        p.add_argument(
+            "--run-dir", help="write into this run folder (an existing run's, with its own config, or a new one)"
+        )
+        p.add_argument(
+            "--assets-dir",
+            type=Path,
+            default=Path("assets"),
+            help="where assets/gsm8k/test.jsonl lives (default: %(default)s)",
+        )
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e.run import session
+
+        overrides: dict[str, Any] = {}
+        for flag, key in (
+            ("num_concurrent", "gsm8k.num_concurrent"),
+            ("max_gen_toks", "gsm8k.max_gen_toks"),
+            ("out", "run.out"),
+        ):
+            if getattr(a, flag, None) is not None:
+                overrides[key] = getattr(a, flag)
+        if a.tasks:
+            overrides["gsm8k.tasks"] = [t.strip() for t in a.tasks.split(",") if t.strip()]
+        run_dir = Path(a.run_dir) if a.run_dir else None
+        cfg = session.gsm8k_config(run_dir, a.config, DEFAULT_CONFIG, overrides)
+        arms = [x.strip() for x in a.arms.split(",") if x.strip()] if a.arms else None
+        return session.gsm8k(cfg, run_dir, a.run_id, arms, a.limit, a.aa, a.assets_dir)
+
+
+class Report(Command):
+    name, help = "report", "summary.json/csv, report.md and figures for a run"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", help="a run folder (results/<run-id>)")
+
+    def run(self, a: argparse.Namespace) -> int:
+        from e2e.report.write import write_report
+
+        run_dir = Path(a.run_dir)
+        if run_dir.is_dir():  # a missing folder gets the reader's own "not a run folder"
+            check_writable_folder(run_dir, "report")
+        try:
+            paths = write_report(run_dir)
+        except OSError as exc:  # a single report file that cannot be replaced
+            raise UserError(f"report: cannot write {exc.filename}: {exc.strerror}") from None
+        for path in paths:
+            print(path)
+        return 0
+
+
+class CompareCommand(Delegate):
+    """compare: --json FILE is checked before the runs are read, so an unwritable FILE is one line."""
+
+    def run(self, a: argparse.Namespace) -> int:
+        if getattr(a, "json", None):
+            target = Path(a.json)
+            if target.is_dir():
+                raise UserError(f"--json {target}: is a folder; give a file name")
+            if not target.parent.is_dir():
+                raise UserError(f"--json {target}: folder {target.parent} does not exist")
+            check_writable_folder(target.parent, f"--json {target}")
+        return super().run(a)
+
+
+class Kernels(Command):
+    """Its own command line (kernels_check.cli), passed through whole."""
+
+    name, help = "kernels", "kernel-level routing and error check (GPU): python -m kernels_check --help"
+    add_help = False
+
+    def run_argv(self, argv: list[str]) -> int:
+        from kernels_check.cli import main as kernels_main
+
+        return kernels_main(argv)
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Run(),
+        Delegate("assets", "fetch and build models and data", "e2e.assets"),
+        Gsm8k(),
+        Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
+        Kernels(),
+        Report(),
+        CompareCommand(
+            "compare",
+            "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",
+            "e2e.report.compare",
+            "add_compare_args",
+            "compare_main",
+        ),
+        Delegate("env", "a pinned venv of a vLLM release, wheel or checkout; prints its python", "e2e.serve.envs"),
+        Delegate(
+            "history",
+            "a folder of runs: decode trend per arm and depth, and its change points",
+            "e2e.report.history",
+            "add_history_args",
+            "history_main",
+        ),
+    )
+}
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_e2e.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="command")
+    for c in COMMANDS.values():
+        c.add_arguments(sub.add_parser(c.name, help=c.help, add_help=c.add_help))
+    return p

@@ -1,0 +1,206 @@
+"""`compare RUN_A RUN_B`: is B slower than A? The within-run rule between runs.
+
+For every arm in both runs and every common depth, run B's servers against run A's: one variance
+model over both runs' servers and depths (e2e/stats/variance_model.py; each run's arm a group, a server
+one replicate), decided with Holm's correction across the arm x depth family. Two runs cannot show
+run-to-run variation beyond their servers: `history` over several runs can (e2e/stats/changepoints.py). Runs are comparable only when the CHECKED metadata match (pyperf's
+rule); a mismatch is refused unless --force, and then every mismatch is printed.
+
+Exit status: 0 no regression detected (every row faster, equivalent or inconclusive: the rows say
+what the design could resolve), 1 a regression (a row "slower"), 2 bad input or error, 3 cannot
+decide (a run without valid cells, an arm missing from B, or a row with insufficient replication).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from e2e import exits
+from e2e.analysis.run_analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
+from e2e.errors import UserError
+from e2e.report import summary as sm
+from e2e.report.progress import make_console
+from e2e.report.tables import render_console
+from e2e.rundir import identity
+from e2e.rundir.formats import VERSIONS
+from e2e.rundir.store import FINISHED, write_json_atomic
+from e2e.stats import estimate, outcomes, verdicts
+from e2e.stats import variance_model as vm
+
+REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
+
+
+def _flag(a: RunAnalysis, flag: str, default: str) -> str:
+    """A `vllm serve` flag's value as the reference arm ran it (server args and arm args)."""
+    argv = ((a.manifest.get("arms") or {}).get(a.reference or "", {}) or {}).get("server_argv") or []
+    for i, x in enumerate(argv):
+        if x == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if x.startswith(flag + "="):
+            return x.split("=", 1)[1]
+    return default
+
+
+# name -> how to read it from an analysed run. Runs that differ in any of these are "not
+# comparable", never pooled or compared (unless --force).
+CHECKED_METADATA: dict[str, Callable[[RunAnalysis], Any]] = {
+    "model": lambda a: (a.manifest.get("model") or {}).get("path"),
+    "twin_of": lambda a: (a.manifest.get("model") or {}).get("twin_of"),
+    "tensor_parallel_size": lambda a: a.tp,
+    "gpu": lambda a: gpu_name(a.manifest),
+    "dtype": lambda a: _flag(a, "--dtype", "auto"),
+    "kv_cache_dtype": lambda a: _flag(a, "--kv-cache-dtype", "auto"),
+    "graph_mode": lambda a: graph_mode(a.manifest.get("config") or {}),
+    "server_mode": lambda a: a.manifest.get("server_mode"),
+    "depths": lambda a: a.depths,
+    "long_tokens": lambda a: a.n_long,
+    "short_tokens": lambda a: a.n_short,
+    "alpha": lambda a: a.alpha,
+    "min_effect_pct": lambda a: a.min_effect_pct,
+}
+
+
+def metadata_mismatches(a: RunAnalysis, b: RunAnalysis) -> list[str]:
+    out = []
+    for name, get in CHECKED_METADATA.items():
+        va, vb = get(a), get(b)
+        if va != vb:
+            out.append(f"{name}: {va!r} vs {vb!r}")
+    return out
+
+
+def unfinished(r: RunAnalysis) -> str | None:
+    """Why run r is not a finished run (its status, the planned cells it lacks), or None. Its rows
+    still compare; the reader must know the run stopped short (the report's banner, here a line)."""
+    if r.status in FINISHED:
+        return None
+    return f"{r.root.name} is not finished (status {r.status})" + (
+        f": {len(r.missing)} of {len(r.plan)} planned cell(s) not run ({', '.join(r.missing)})" if r.missing else ""
+    )
+
+
+def compare_runs(
+    a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None
+) -> tuple[list[dict[str, Any]], str, list[str]]:
+    """(rows, the correction line, reasons the comparison cannot decide). Rows: arm, depth, run A
+    and run B pooled estimates, and the B/A comparison with its decision. Alpha and min effect are
+    run A's (the baseline's); --force with different ones says so."""
+    if arms is not None:
+        for x in arms:
+            if x not in a.arms or x not in b.arms:
+                raise UserError(f"--arm {x!r} is not in both runs (A: {a.arms}, B: {b.arms})")
+    common = arms or [x for x in a.arms if x in b.arms]
+    if not common:
+        raise UserError(f"the runs share no arm (A: {a.arms}, B: {b.arms}): name one with --arm")
+    undecidable = [f"{r.root.name} has no valid cell" for r in (a, b) if not r.cells]
+    if arms is None:
+        undecidable += [f"arm {x!r} of {a.root.name} is missing from {b.root.name}" for x in a.arms if x not in b.arms]
+    fit = vm.fit(
+        [
+            (f"{tag}:{arm}", d, f"{tag}:{r.server_of[(arm, d, p)]}", cs)
+            for tag, r in (("A", a), ("B", b))
+            for (arm, d, p), cs in r.cells.items()
+            if arm in common
+        ]
+    )
+    entries = []
+    for arm in common:
+        for d in sorted(set(a.depths) & set(b.depths)):
+            ca, cb = a._cells_of(arm, d), b._cells_of(arm, d)
+            entries.append(
+                (
+                    {
+                        "arm": arm,
+                        "depth": d,
+                        "a": verdicts.arm_estimate(fit, f"A:{arm}", d, ca),
+                        "b": verdicts.arm_estimate(fit, f"B:{arm}", d, cb),
+                    },
+                    verdicts.model_comparison(fit, f"B:{arm}", f"A:{arm}", d, ca, cb, a.alpha, a.min_effect_pct),
+                )
+            )
+    line = verdicts.decide_family([c for _, c in entries], a.alpha, "holm")
+    rows = [{**head, **cmp.to_dict()} for head, cmp in entries]
+    undecidable += [
+        f"{r['arm']} at {r['depth']}: {r['decision']}"
+        for r in rows
+        if outcomes.status_of([r["decision"]]) == exits.CANNOT_DECIDE
+    ]
+    return rows, line, undecidable
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_a", help="baseline run folder")
+    p.add_argument("run_b", help="candidate run folder (a regression is B slower than A)")
+    p.add_argument("--arm", action="append", help="arm(s) to compare (default: every arm in both runs)")
+    p.add_argument("--force", action="store_true", help="compare although checked metadata differ")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+
+
+def compare_main(args: argparse.Namespace, console: Console | None = None) -> int:
+    """0 no regression detected, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
+    console = console or make_console()
+    a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
+    if a.estimator != b.estimator:  # one definition for both sides: the plain one both rows have
+        console.print(
+            f"[yellow]warning: the runs' estimators differ ({a.estimator} vs {b.estimator}): both "
+            f"compared on the plain client estimate[/yellow]"
+        )
+        a, b = RunAnalysis(args.run_a, estimate.CLIENT), RunAnalysis(args.run_b, estimate.CLIENT)
+    mism = metadata_mismatches(a, b)
+    if mism and not args.force:
+        raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")
+    for m in mism:
+        console.print(f"[yellow]warning: metadata differ (forced): {m}[/yellow]")
+    unknown = {r.root.name: identity.describe(r.manifest) for r in (a, b)}
+    for name, code in unknown.items():
+        if not code["identified"]:
+            console.print(f"[bold red]warning: CODE NOT IDENTIFIED in {name}: {code['line']}[/bold red]")
+    short = [w for w in map(unfinished, (a, b)) if w]
+    for w in short:
+        console.print(f"[bold yellow]warning: RUN NOT FINISHED: {w}[/bold yellow]")
+    rows, line, undecidable = compare_runs(a, b, args.arm)
+    console.print(
+        render_console(
+            sm.COMPARE,
+            rows,
+            f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
+            f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})",
+        )
+    )
+    console.print(f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
+    for r in rows:
+        for w in r["warnings"]:
+            console.print(f"warning: {r['arm']} at {r['depth']}: {w}")
+    regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
+    status = exits.worst([outcomes.status_of(r["decision"] for r in rows)] + [CANNOT_DECIDE] * bool(undecidable))
+    if args.json:
+        write_json_atomic(
+            Path(args.json),
+            {
+                "schema_version": VERSIONS["compare"],
+                "kind": "e2e-compare",
+                "run_a": str(a.root),
+                "run_b": str(b.root),
+                "metadata_mismatches": mism,
+                "unfinished": short,
+                "code": unknown,
+                "correction": line,
+                "rows": rows,
+                "regressions": len(regressions),
+                "cannot_decide": undecidable,
+                "exit_status": status,
+            },
+        )
+    if regressions:
+        console.print(f"[red]{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %[/red]")
+    elif undecidable:
+        console.print("[yellow]cannot decide: " + "; ".join(undecidable) + "[/yellow]")
+    else:
+        console.print("no regression detected (see the MDE of any inconclusive row)")
+    console.print(f"exit status {status}: {exits.MEANING[status]}")
+    return status

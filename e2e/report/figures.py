@@ -1,0 +1,331 @@
+"""The figures, drawn from the summary (e2e/report/summary.py) and history's rows, each showing what the
+text claims: a comparison on its own scale with the equivalence margin visible, the kind of interval
+named ("between servers" only where there were servers to pool, "within-server" otherwise), lines
+only between cells that one server served, and no figure where there is nothing to draw.
+
+    ratio_vs_depth.png   a panel per arm / reference pair: the ratio per depth with its 95 % interval,
+                         coloured and labelled by its verdict (e2e/stats/outcomes.py), the per-pass ratios,
+                         the +-min-effect margin; log scale when a panel spans more than 3x
+    decode_vs_depth.png  every cell's decode ms/token with its own (within-server) 95 % interval
+    history.png          a panel per series, arm and depth; x: the runs in the chosen order, each
+                         labelled with its vLLM version and its place in time; change points marked
+                         in their own panel with their verdict
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from e2e.report import tables
+from e2e.stats import outcomes
+from e2e.stats.verdicts import BETWEEN
+
+RATIO, DECODE = "ratio_vs_depth.png", "decode_vs_depth.png"
+FILES = (DECODE, RATIO)
+SPAN_FOR_LOG = 3.0  # a panel whose values span more than this factor gets a log axis
+
+
+def _pooled(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in s["comparisons"] if c["scope"] == "pooled" and c.get("ratio") is not None]
+
+
+def _measured(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in s["cells"] if c.get("estimate_ms") is not None]
+
+
+def drawn(s: dict[str, Any]) -> list[str]:
+    """The figures a summary has data for (report.md links only these)."""
+    return ([DECODE] if _measured(s) else []) + ([RATIO] if _pooled(s) else [])
+
+
+def depth_label(d: int) -> str:
+    return f"{d // 1024}K" if d >= 1024 and d % 1024 == 0 else str(d)
+
+
+def ratio_caption(s: dict[str, Any]) -> str:
+    kinds = {c.get("ci_kind") for c in _pooled(s)}
+    what = (
+        "95 % intervals between servers (the variance model)"
+        if kinds == {BETWEEN}
+        else "within-server intervals only (one server in an arm: no verdict)"
+        if BETWEEN not in kinds
+        else "95 % intervals between servers where an arm had two or more, within-server otherwise"
+    )
+    return (
+        f"A panel per arm pair, each on its own scale: the ratio per depth with {what}, coloured by its "
+        f"verdict; grey x: per pass; shaded: the ±{s['run']['min_effect_pct']:g} % equivalence margin."
+    )
+
+
+def decode_caption(s: dict[str, Any]) -> str:
+    joined = _server_lines(_measured(s))
+    return "Each point is one cell (one server at one depth) with its own within-server 95 % interval; " + (
+        "lines join the depths one server served." if joined else "no lines: every cell had its own server."
+    )
+
+
+def _server_lines(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        if c.get("server"):
+            by.setdefault(c["server"], []).append(c)
+    return {k: sorted(v, key=lambda c: c["depth"]) for k, v in by.items() if len(v) > 1}
+
+
+def depth_axis(ax: Any, depths: list[int], label: str = "context depth (tokens)") -> None:
+    """A log2 depth axis ticked at the depths measured (1K, 8K, ...), nothing else."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(depths, [depth_label(d) for d in depths])
+    ax.minorticks_off()
+    lo, hi = min(depths), max(depths)
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    ax.set_xlabel(label)
+
+
+def _y_range(ax: Any, values: list[float], label: str, headroom: float = 0.0) -> None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:  # nothing to scale to: matplotlib's default range, never an exception after a run
+        ax.set_ylabel(label)
+        return
+    lo, hi = min(vals), max(vals)
+    # A log axis only for positive values: a noisy tiny decode can estimate at or below zero (a
+    # stand-in at 1 ms/token under load did), and the harness must still write its report.
+    if lo > 0 and hi / lo > SPAN_FOR_LOG:
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+        ax.set_yscale("log")
+        ax.set_ylim(lo / 1.15, hi * 1.15 * (1 + 3 * headroom))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        label += " (log scale)"
+    else:
+        pad = (hi - lo) * 0.12 or abs(hi) * 0.01
+        ax.set_ylim(lo - pad, hi + pad + (hi - lo) * headroom)
+    ax.set_ylabel(label)
+
+
+def _yerr(value: float, lo: float | None, hi: float | None) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bar for an interval (None: no interval, no bar)."""
+    return [[value - lo], [hi - value]] if lo is not None and hi is not None else None
+
+
+def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
+    out = []
+    if DECODE in drawn(s):
+        out.append(_decode(s, root / DECODE))
+    if RATIO in drawn(s):
+        out.append(_ratio(s, root / RATIO))
+    return out
+
+
+def _ratio(s: dict[str, Any], path: Path) -> Path:
+    f = s["run"]
+    pooled = _pooled(s)
+    pairs = list(dict.fromkeys(c["arm"] for c in pooled))
+    ncol = min(3, len(pairs))
+    nrow = math.ceil(len(pairs) / ncol)
+    fig, axes = tables.new_panels(max(7.5, 4.6 * ncol), 3.6 * nrow + 1.1, nrow, ncol)
+    margin = 1 + f["min_effect_pct"] / 100
+    # per pass only when there are passes to tell apart (with one, it is the pooled point again)
+    per_pass = [
+        c for c in s["comparisons"] if c["scope"] == "pass" and c.get("ratio") is not None and len(f["passes"]) > 1
+    ]
+    for ax, arm in zip(axes, pairs):
+        rows = sorted((c for c in pooled if c["arm"] == arm), key=lambda c: c["depth"])
+        ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
+        ax.axhline(1.0, color="black", lw=0.7, zorder=1)
+        ys = [1 / margin, margin]
+        for c in rows:
+            w = outcomes.latency(c["decision"])
+            colour = w.colour if w else "black"
+            lo, hi = c.get("ratio_ci_lo"), c.get("ratio_ci_hi")
+            ax.errorbar(
+                [c["depth"]],
+                [c["ratio"]],
+                yerr=_yerr(c["ratio"], lo, hi),
+                fmt="o",
+                mfc=colour if w and w.decided else "white",
+                color=colour,
+                capsize=4,
+                ms=6,
+                zorder=3,
+            )
+            ax.annotate(
+                c["decision"],
+                (c["depth"], hi if hi is not None else c["ratio"]),
+                textcoords="offset points",
+                xytext=(0, 5),
+                ha="center",
+                fontsize=7,
+                color=colour,
+            )
+            ys += [c["ratio"]] + [v for v in (lo, hi) if v is not None]
+        pp = [c for c in per_pass if c["arm"] == arm]
+        if pp:
+            ax.scatter(
+                [c["depth"] * 1.08 for c in pp], [c["ratio"] for c in pp], marker="x", color="0.45", s=18, zorder=2
+            )
+            ys += [c["ratio"] for c in pp]
+        kinds = {c.get("ci_kind") for c in rows}
+        what = (
+            "95 % CI between servers"
+            if kinds == {BETWEEN}
+            else "within-server interval: no verdict"
+            if BETWEEN not in kinds
+            else "intervals of both kinds"
+        )
+        depth_axis(ax, sorted({c["depth"] for c in rows}))
+        _y_range(ax, ys, "decode ratio arm / reference", headroom=0.12)
+        ax.set_title(
+            f"{arm} / {f['reference_arm']}: {rows[0]['n_arm']} + {rows[0]['n_ref']} servers, {what}", fontsize=8.5
+        )
+        ax.grid(alpha=0.3)
+    for ax in axes[len(pairs) :]:
+        ax.set_visible(False)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color="0.85", label=f"±{f['min_effect_pct']:g} % equivalence margin ({1 / margin:.3f} to {margin:.3f})"),
+        Line2D([], [], marker="o", color="black", ls="", label="filled: decided (slower, faster, equivalent)"),
+        Line2D([], [], marker="o", color="black", mfc="white", ls="", label="hollow: not decided"),
+    ]
+    if per_pass:
+        handles.append(Line2D([], [], marker="x", color="0.45", ls="", label="per pass (two servers, no verdict)"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles) if ncol > 1 else 2, fontsize=7, frameon=False)
+    fig.suptitle("Arm / reference decode ms/token per depth (> 1: the arm is slower), coloured by verdict", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07 if ncol > 1 else 0.11, 1, 1))
+    return tables.save_figure(fig, path, layout=False)
+
+
+def _decode(s: dict[str, Any], path: Path) -> Path:
+    f = s["run"]
+    cells = _measured(s)
+    arms = [a for a in f["arms"] if any(c["arm"] == a for c in cells)]
+    passes = sorted({c["pass"] for c in cells})
+    fig, (ax,) = tables.new_panels(7.2, 4.6)
+    colours = {a: f"C{i}" for i, a in enumerate(arms)}
+    # spread the cells of one depth apart: arm by arm, pass by pass (x is log2: a factor is a shift)
+    slots = [(a, p) for a in arms for p in passes]
+    shift = {k: 2 ** (0.35 * ((i + 0.5) / len(slots) - 0.5)) for i, k in enumerate(slots)}
+    ys: list[float] = []
+    for a in arms:
+        mine = [c for c in cells if c["arm"] == a]
+        for c in mine:
+            lo, hi = c.get("ci_lo_ms"), c.get("ci_hi_ms")
+            ax.errorbar(
+                [c["depth"] * shift[(a, c["pass"])]],
+                [c["estimate_ms"]],
+                yerr=_yerr(c["estimate_ms"], lo, hi),
+                fmt="o",
+                color=colours[a],
+                capsize=3,
+                ms=4,
+            )
+            ys += [c["estimate_ms"]] + [v for v in (lo, hi) if v is not None]
+        ax.plot([], [], "o", color=colours[a], label=f"{a} ({len(mine)} cells)")
+    for line in _server_lines(cells).values():
+        ax.plot(
+            [c["depth"] * shift[(c["arm"], c["pass"])] for c in line],
+            [c["estimate_ms"] for c in line],
+            color=colours[line[0]["arm"]],
+            lw=0.8,
+            alpha=0.7,
+        )
+    depth_axis(ax, sorted({c["depth"] for c in cells}))
+    _y_range(ax, ys, "decode ms per token")
+    y = "Y" if f.get("estimator") == "prefill-corrected" else "T"  # the estimator that decided
+    ax.set_title(
+        f"Decode ms/token per cell, ({y}{f['long_tokens']} - {y}{f['short_tokens']}) / "
+        f"{f['long_tokens'] - f['short_tokens']} ({f.get('estimator') or 'client'}): bars within-server 95 %",
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(
+        fontsize=7,
+        title=("lines: one server's depths" if _server_lines(cells) else "one server per cell"),
+        title_fontsize=7,
+    )
+    return tables.save_figure(fig, path)
+
+
+# -- history --------------------------------------------------------------------------------------------
+def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], order_by: str, path: Path) -> Path | None:
+    """A panel per (series, arm, depth); None (no file) when no run has an estimate."""
+    keys = sorted({(r["series"], r["arm"], r["depth"]) for r in rows if r.get("estimate_ms") is not None})
+    if not keys:
+        return None
+    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r["finished"]) for r in rows})
+    arm_rows = list(dict.fromkeys((k[0], k[1]) for k in keys))
+    depths = sorted({k[2] for k in keys})
+    fig, axes = tables.new_panels(
+        max(4.2 * len(depths), 0.9 * len(runs) * len(depths)), 3.4 * len(arm_rows), len(arm_rows), len(depths)
+    )
+    grid = {(sa, d): axes[i * len(depths) + j] for i, sa in enumerate(arm_rows) for j, d in enumerate(depths)}
+    labels = [
+        f"vLLM {v}\n#{t} in time\n{str(st or '')[5:16].replace('T', ' ')}" + ("" if done else "\nNOT FINISHED")
+        for _, _, v, t, st, done in runs
+    ]
+    for ((series, arm), d), ax in grid.items():
+        pts = sorted(
+            (
+                r
+                for r in rows
+                if (r["series"], r["arm"], r["depth"]) == (series, arm, d) and r.get("estimate_ms") is not None
+            ),
+            key=lambda r: r["order"],
+        )
+        if not pts:
+            ax.set_visible(False)
+            continue
+        for r in pts:
+            lo, hi = r.get("ci_lo_ms"), r.get("ci_hi_ms")
+            ax.errorbar(
+                [r["order"]],
+                [r["estimate_ms"]],
+                yerr=_yerr(r["estimate_ms"], lo, hi),
+                fmt="o",
+                color="C0",
+                capsize=3,
+                ms=4,
+                mfc="C0" if r.get("ci_kind") == BETWEEN else "white",
+            )
+        for st in steps:
+            if (st["series"], st["arm"], st["depth"]) != (series, arm, d):
+                continue
+            w = outcomes.latency(st["decision"])
+            x = next(r["order"] for r in pts if r["run"] == st["first_run"]) - 0.5
+            ax.axvline(x, color=w.colour if w else "black", ls="--", lw=1)
+            ax.annotate(
+                f"{st['decision']} step\nratio {st['ratio']:.3f}" if st.get("ratio") else st["decision"],
+                (x, 0),
+                xycoords=("data", "axes fraction"),
+                xytext=(-3, 4),
+                textcoords="offset points",
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color=w.colour if w else "black",
+            )
+        ax.set_xticks([o for o, *_ in runs], labels, fontsize=6)
+        ax.set_xlim(-0.5, len(runs) - 0.5)
+        ax.set_title(
+            f"series {series}: {arm} @ {depth_label(d)}"
+            + (
+                ""
+                if any(st["series"] == series and st["arm"] == arm and st["depth"] == d for st in steps)
+                else " (no change point)"
+            ),
+            fontsize=9,
+        )
+        ax.set_ylabel("decode ms/token")
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        f"History, runs ordered by {order_by} (each run's place in time below its version); "
+        "filled: 95 % CI between servers",
+        fontsize=9,
+    )
+    return tables.save_figure(fig, path)

@@ -1,0 +1,312 @@
+"""The run loop: plan -> (server, measurement) per cell -> rows on disk.
+
+Every finished cell, ok or failed, gets exactly one row in cells.jsonl naming its final attempt;
+request rows are appended as measured. An interrupted run can be resumed: cells with a row are never
+repeated, the rest run from scratch on a fresh server.
+
+Around every server its GPUs are checked (e2e/gpu/gpu_state.py: the samples, and the --gpu-exclusive
+policy), and at the end of its life its first depth is measured again (e2e/stats/bookends.py); the last
+cell's row carries that bookend.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.design.config import ArmCfg, Config
+from e2e.design.plan import Cell, server_groups
+from e2e.errors import UserError
+from e2e.gpu import gpu_state
+from e2e.report.progress import Progress
+from e2e.run.measure import CellClient, TokenSampler, measure_cell
+from e2e.rundir import routing
+from e2e.rundir.formats import cell_row, now, request_row
+from e2e.rundir.store import CELLS, REQUESTS, RunStore
+from e2e.safety.interrupts import sigterm_as_interrupt
+from e2e.safety.redact import scrub
+from e2e.serve import startup_phases
+from e2e.serve.attempts import GaveUp, on_fresh_servers
+from e2e.serve.launch import server_spec, session_api_key
+from e2e.serve.live_servers import LIVE_DIR
+from e2e.serve.server import ServerGone, VllmServer, port_in_use
+from e2e.stats import bookends
+from e2e.stats.estimate import cell_estimate
+
+
+class Runner:
+    def __init__(
+        self,
+        cfg: Config,
+        store: RunStore,
+        cells: list[Cell],
+        progress: Progress,
+        sampler: TokenSampler,
+        stop_rule_factory: Callable[[Config], Any] | None = None,
+        gpu_wait_s: float | None = None,
+    ):
+        self.cfg = cfg
+        self.store = store
+        self.cells = cells
+        self.progress = progress
+        self.stop_rule = stop_rule_factory(cfg) if stop_rule_factory else None
+        self.sampler = sampler
+        # retry: how long a GPU held before a start may take to clear (Ray: 0, another slot takes it)
+        self.gpu_wait_s = gpu_state.PRESTART_WAIT_S if gpu_wait_s is None else gpu_wait_s
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Run every cell that has no row yet; returns the rows written by this call."""
+        done = self.store.finished_cell_ids()
+        todo = [c for c in self.cells if c.cell_id not in done]
+        self.progress.start(total=len(self.cells), done=len(self.cells) - len(todo))
+        written: list[dict[str, Any]] = []
+        try:
+            with sigterm_as_interrupt():
+                for group in server_groups(todo):
+                    written += self._run_group(group)
+        finally:
+            self.progress.stop()
+        return written
+
+    def _run_group(self, group: list[Cell]) -> list[dict[str, Any]]:
+        """Cells that share one server (one cell in fresh mode), each retried on fresh servers.
+
+        Every cell has its own `retries`: on a shared server a failure is charged to the cell in
+        hand, the cells already measured keep their rows, and the rest go on on a new server. A
+        cell that gives up is recorded as failed and the group moves on to its next cell."""
+        arm = self.cfg.arm(group[0].arm)
+        key = group[0].server_key
+        remaining = list(group)
+        rows: list[dict[str, Any]] = []
+        # A resumed group numbers its servers past the attempts already on disk (their files stay theirs).
+        ctx: dict[str, Any] = {"started": self.store.attempts_used(key)}
+        env = {**os.environ, **self.cfg.server.env, **arm.env}
+        watch = gpu_state.ServerWatch(
+            gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size),
+            self.cfg.run.gpu_exclusive,
+            self.progress.note,
+            self.gpu_wait_s,
+        )
+        watch.load_voided(self.store.cell_dir(key))
+        ctx["watch"] = watch
+
+        def new_server(_: int) -> VllmServer:
+            n = ctx["started"]  # this server key's n-th server: names its log and records uniquely
+            tag = f"{n}-{secrets.token_hex(3)}"
+            # Before anything starts: a GPU held by another process is reported (and may stop here).
+            watch.before_start(key, tag, self.store.cell_dir(key) / f"gpu-a{n}" / "samples.jsonl")
+            ctx["started"] += 1
+            ctx.update(
+                tag=tag, log=self.store.log_path(f"{key}.a{n}"), record_dir=self.store.cell_dir(key) / f"records-a{n}"
+            )
+            spec = server_spec(self.cfg, arm, ctx["record_dir"], self.store.root)
+            # A tag in every server process's environment: leak checks find them by it.
+            spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{key}"
+            self.progress.phase(remaining[0], "starting server")
+            ctx["server"] = VllmServer(
+                spec,
+                ctx["log"],
+                self.cfg.server.startup_timeout_s,
+                self.cfg.server.stop_timeout_s,
+                api_key=session_api_key(),
+                live_dir=Path(self.store.root) / LIVE_DIR,
+            )  # its record while it runs
+            return ctx["server"]  # its log is scrubbed of its secrets when it stops (server.py)
+
+        def work(server: VllmServer, attempt: int) -> None:
+            startup_s = server.startup_s
+            client = CellClient(server.base_url, server.api_key, self.cfg.server.request_timeout_s)
+            watch.started(server.proc.pid, server.server_id)
+            ctx["opening"] = None  # this server's first cell: what its bookend measures again
+            try:
+                while remaining:
+                    watch.begin_cell(remaining[0].cell_id)
+                    if startup_s:
+                        watch.checkpoint("ready")
+                    row = self._measure(remaining[0], arm, server, client, ctx, startup_s)
+                    if len(remaining) == 1:  # the server's last cell: its bookend goes in this row
+                        row["bookend"] = self._bookend(server, client, ctx)
+                    self._write(remaining[0], row)
+                    rows.append(row)
+                    remaining.pop(0)
+                    startup_s = 0.0  # later cells on a shared server paid no start
+            finally:
+                client.close()
+
+        def on_retry(attempt: int, exc: Exception) -> None:
+            self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
+
+        try:
+            while remaining:
+                try:
+                    _, server, left = on_fresh_servers(
+                        new_server,
+                        work,
+                        self.cfg.run.retries,
+                        on_retry,
+                        unit=lambda: remaining[0].cell_id if remaining else None,
+                    )
+                except GaveUp as g:
+                    folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
+                    problem = routing.patch_problem(folded, arm)  # why the start failed, in the plugin's words
+                    error = str(g) + (f"; {problem}" if problem else "")
+                    tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
+                    cell = remaining.pop(0)
+                    rows.append(self._record_failed(cell, ctx, error, tail, g.leftover_pids, folded))
+                    if self.cfg.run.fail_fast:
+                        raise UserError(f"cell {cell.cell_id} failed (--fail-fast): {g.last}") from None
+                    continue
+                if left or port_in_use(server.port):
+                    self.progress.note(f"warning: after teardown pids {left} / port {server.port} still in use")
+        finally:
+            watch.close()
+        return rows
+
+    def _measure(
+        self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient, ctx: dict[str, Any], startup_s: float
+    ) -> dict[str, Any]:
+        base = {
+            "cell_id": cell.cell_id,
+            "attempt": ctx["tag"],
+            "pass": cell.pass_,
+            "arm": cell.arm,
+            "depth": cell.depth,
+        }
+        # the allocation of adaptive replication may give a cell its own number of rounds
+        wl = self.cfg.workload if cell.rounds is None else self.cfg.workload.model_copy(update={"rounds": cell.rounds})
+        watch = ctx["watch"]
+        res = measure_cell(
+            client,
+            cell.depth,
+            wl,
+            self.sampler,
+            emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
+            phase=lambda p: self.progress.phase(cell, p),
+            stop_rule=self.stop_rule,
+            between_rounds=lambda k: watch.checkpoint(f"round {k - 1}" if k else "warm"),
+        )
+        if not server.alive():
+            raise ServerGone("server exited during the cell")
+        if ctx["opening"] is None:
+            ctx["opening"] = {"cell": cell, "rows": res.rows}
+        if w := watch.throttle_warning():
+            self.progress.note(w)
+        est = cell_estimate(res.rows, wl.long_tokens, wl.short_tokens)
+        folded = routing.fold_records(ctx["record_dir"], arm)
+        problem = routing.patch_problem(folded, arm)
+        status = "ok" if est["decode_ms_per_token"] is not None and problem is None else "failed"
+        # Where the start went, from the server's own log; only the cell that paid the start has one.
+        phases = startup_phases.from_log_file(ctx["log"]) if startup_s else None
+        row = cell_row(
+            **base,
+            index=cell.index,
+            server_key=cell.server_key,
+            status=status,
+            startup_s=startup_s,
+            startup_phases=phases,
+            warmup_s=res.warmup_s,
+            measure_s=res.measure_s,
+            warmup_valid=res.warmup_valid,
+            stopped_by=res.stopped_by,
+            rounds=1 + max((r["round"] for r in res.rows), default=-1),
+            **est,
+            log_path=str(ctx["log"].relative_to(self.store.root)),
+            error=problem if problem else (None if status == "ok" else "no valid rows"),
+            routing=folded,
+            gpu_state=watch.cell_state(first_cell=bool(startup_s)),
+            finished=now(),
+        )
+        return row
+
+    def _write(self, cell: Cell, row: dict[str, Any]) -> None:
+        row = cell_row(**row)  # checked again: the bookend was added after the row was built
+        self.store.append(CELLS, row)
+        self.progress.cell_done(cell, row)
+
+    def _bookend(self, server: VllmServer, client: CellClient, ctx: dict[str, Any]) -> dict[str, Any]:
+        """The server's first depth again, at the end of its life (e2e/stats/bookends.py). Its rows carry
+        phase "bookend" (never counted). A server that dies here loses only its bookend: the cells it
+        measured are done."""
+        wl, st, op = self.cfg.workload, self.cfg.stats, ctx["opening"]
+        ident = {"server_attempt": ctx["tag"], "cell_id": op["cell"].cell_id, "depth": op["cell"].depth}
+        opening = bookends.round_ms(op["rows"], wl.long_tokens, wl.short_tokens)
+        if not wl.bookend_rounds:
+            return bookends.untested("workload.bookend_rounds = 0", **ident)
+        if not bookends.testable(opening.size, wl.bookend_rounds, st.bookend_alpha):
+            return bookends.untested(
+                f"not measured: {opening.size} valid opening and {wl.bookend_rounds} closing rounds cannot reach "
+                f"p < {st.bookend_alpha:g} (smallest p {bookends.smallest_p(opening.size, wl.bookend_rounds):.3g})",
+                opening_rounds=int(opening.size),
+                **ident,
+            )
+        cell, watch = op["cell"], ctx["watch"]
+        base = {
+            "cell_id": cell.cell_id,
+            "attempt": ctx["tag"],
+            "pass": cell.pass_,
+            "arm": cell.arm,
+            "depth": cell.depth,
+            "phase": "bookend",
+        }
+        watch.begin_bookend()
+        try:
+            res = measure_cell(
+                client,
+                cell.depth,
+                wl.model_copy(update={"rounds": wl.bookend_rounds, "warmup_rounds": 0}),
+                self.sampler,
+                emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
+                phase=lambda p: self.progress.phase(cell, "bookend"),
+                between_rounds=lambda k: k and watch.checkpoint(f"bookend {k - 1}"),
+            )
+        except ServerGone as exc:
+            return bookends.untested(f"the server failed during the closing rounds: {exc}", **ident)
+        if not server.alive():
+            return bookends.untested("the server exited during the closing rounds", **ident)
+        if watch.bookend_foreign:
+            held = list(watch.bookend_foreign.values())
+            return bookends.untested(
+                f"another process on the GPU during the closing rounds: {gpu_state.describe(held)}",
+                foreign=held,
+                **ident,
+            )
+        closing = bookends.round_ms(res.rows, wl.long_tokens, wl.short_tokens)
+        out = bookends.evaluate(opening, closing, st.bookend_alpha, st.bookend_min_step_pct, **ident)
+        if out["status"] == "non-stationary":
+            self.progress.note(
+                f"warning: server {cell.server_key} (attempt {ctx['tag']}) is non-stationary: its "
+                f"first depth ({cell.cell_id}) moved {out['step_pct']:+.1f} % between its opening "
+                f"and its close (p {out['p_value']:.2g})"
+            )
+        return out
+
+    def _record_failed(
+        self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]
+    ) -> dict[str, Any]:
+        row = cell_row(
+            cell_id=cell.cell_id,
+            attempt=ctx["tag"],
+            pass_=cell.pass_,
+            arm=cell.arm,
+            depth=cell.depth,
+            index=cell.index,
+            server_key=cell.server_key,
+            status="failed",
+            startup_s=None,
+            decode_ms_per_token=None,
+            server_decode_ms_per_token=None,
+            error=error,
+            log_tail=tail,
+            leftover_pids=left,
+            log_path=str(ctx["log"].relative_to(self.store.root)),
+            routing=folded,
+            gpu_state=ctx["watch"].cell_state(first_cell=True),
+            finished=now(),
+        )
+        self.store.append(CELLS, row)
+        self.progress.cell_done(cell, row)
+        return row

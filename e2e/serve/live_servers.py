@@ -1,0 +1,469 @@
+"""What may outlive a harness, and how the next one finds it, stops it and says so.
+
+Ownership is in the environment, so it survives any death of the harness, SIGKILL included:
+every server carries E2E_SERVER_ID (its own) and E2E_HARNESS = <host>/<pid>/<start time> of the
+harness process that owns it (for a Ray task's server: the driver, e2e/run/executors/ray_tasks.py);
+every process of a Ray cluster the run started carries E2E_RAY_CLUSTER = the same
+(e2e/run/executors/ray_cluster.py). Such a process whose owner is gone (on this host: that pid no
+longer runs with that start time) is an orphan; so is any server of a run folder whose lock the
+caller holds (its harness cannot be alive).
+
+While a server runs its run folder (a Ray node's scratch folder, for a task) holds its record,
+live-servers/<server id>.json: process group, start time, tag, log, owner, and the SHA-256 of its
+API key. It is written before the server is spawned and removed once teardown left nothing. A
+record whose processes are all gone is what a harness that died left; its log is scrubbed (the API
+key found by its digest: the key itself is never written) and the record removed.
+
+A Ray cluster the run starts is also recorded (record_cluster: each process's pid and start
+time, in <tmp>/e2e-ray-<uid>/clusters/, a folder that must be this user's alone): Ray's agents
+overwrite their environment with their process title, so no marker can be read back from them.
+
+stop_orphans() runs at every start and --resume before anything is measured (e2e/run/session.py): an
+orphan server holds its GPU and silently slows every later cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from e2e.rundir.formats import now
+from e2e.safety.interrupts import held
+from e2e.safety.redact import scrub_file, secret_values
+from e2e.safety.safe_io import write_atomic
+
+HARNESS_ENV = "E2E_HARNESS"
+CLUSTER_ENV = "E2E_RAY_CLUSTER"
+SERVER_ENV = "E2E_SERVER_ID"
+TAG_ENV = "E2E_SERVER_TAG"
+LIVE_DIR = "live-servers"
+_KEY_CANDIDATE = re.compile(rb"\b[0-9a-f]{32}\b")  # launch.session_api_key: token_hex(16)
+
+_owner: str | None = None
+_SAME_START_S = 0.05  # psutil's create_time of one process reads the same each time, to the clock tick
+
+
+def _still(pid: int, started: float) -> psutil.Process | None:
+    """The process `pid` if it is still the one that started at `started` (pids are reused)."""
+    try:
+        p = psutil.Process(pid)
+        return p if abs(p.create_time() - started) < _SAME_START_S else None
+    except psutil.Error:
+        return None
+
+
+def identity(pid: int | None = None) -> str:
+    """<host>/<pid>/<start time>: a process, never mistaken for a later one that reuses its pid."""
+    p = psutil.Process(pid)
+    return f"{socket.gethostname()}/{p.pid}/{p.create_time():.2f}"
+
+
+def owner() -> str:
+    """The harness that owns the servers this process starts: this process, or the Ray driver a
+    task runs for (set_owner)."""
+    return _owner or identity()
+
+
+def set_owner(ident: str | None) -> None:
+    global _owner
+    _owner = ident
+
+
+def owner_alive(ident: str | None) -> bool | None:
+    """Whether that harness still runs; None when it cannot be told from here (another host, or no
+    owner recorded)."""
+    try:
+        host, pid, started = (ident or "").rsplit("/", 2)
+        pid_n, t0 = int(pid), float(started)
+    except ValueError:
+        return None
+    if host != socket.gethostname():
+        return None
+    p = _still(pid_n, t0)
+    try:
+        return p is not None and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# -- the record of a live server ---------------------------------------------------------------
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def record(live_dir: Path, server_id: str, fields: dict[str, Any]) -> None:
+    """Write a live server's record (atomically: a torn record would hide the server)."""
+    for attempt in range(3):  # the folder may vanish under us: forget() removes it when it empties
+        live_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            write_atomic(live_dir / f"{server_id}.json", json.dumps({"server_id": server_id, **fields}, indent=1))
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+
+
+def forget(live_dir: Path, server_id: str) -> None:
+    """Drop a stopped server's record, and the folder once no server runs (a finished run has none)."""
+    try:
+        (live_dir / f"{server_id}.json").unlink(missing_ok=True)
+        live_dir.rmdir()
+    except OSError:
+        pass  # another server's record is there; or a read-only folder keeps the record, and the next start drops it
+
+
+def records(live_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(live_dir.glob("*.json")) if live_dir.is_dir() else []:
+        try:
+            r = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(r, dict) and isinstance(r.get("server_id"), str):
+            out.append({**r, "_path": p})
+    return out
+
+
+# -- scrubbing a log, whatever state the disk is in --------------------------------------------
+def scrub_log(path: Path, secrets: Iterable[str]) -> None:
+    """redact.scrub_file, and where that cannot write its copy (a full disk) the secrets overwritten
+    in place by as many '*': the file never grows, so a full disk cannot keep a secret in a log."""
+    secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+    try:
+        scrub_file(path, secrets)
+        return
+    except OSError:
+        pass
+    for t in Path(path).parent.glob(f".{Path(path).name}.scrub-*"):  # scrub_file's half-written copy
+        t.unlink(missing_ok=True)
+    try:
+        with open(path, "r+b") as f:
+            data = f.read()
+            new = data
+            for s in secrets:
+                new = new.replace(s.encode(), b"*" * len(s.encode()))
+            if new != data:
+                f.seek(0)
+                f.write(new)
+    except OSError:
+        pass
+
+
+def scrub_key_digests(path: Path, digests: set[str], secrets: Iterable[str] = ()) -> None:
+    """Scrub a log of `secrets` and of every API key whose SHA-256 is in digests (a dead harness's
+    key: nothing else remembers it)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return
+    keys = {m.decode() for m in set(_KEY_CANDIDATE.findall(data)) if key_digest(m.decode()) in digests}
+    if keys or secrets:
+        scrub_log(path, set(secrets) | keys)
+
+
+# -- finding and stopping orphans --------------------------------------------------------------
+@dataclass
+class Orphan:
+    kind: str  # "server" or "ray-cluster"
+    owner: str | None
+    server_id: str | None
+    tag: str | None
+    procs: list[psutil.Process] = field(default_factory=list)
+    secrets: set[str] = field(default_factory=set)
+
+    @property
+    def run_root(self) -> str | None:
+        return self.tag.rsplit("::", 1)[0] if self.tag and "::" in self.tag else None
+
+
+def _marked() -> Iterator[tuple[psutil.Process, dict[str, str]]]:
+    """Every process on this host that a harness of this user started (directly or through its Ray
+    cluster). Only this user's: another user's environment must never steer what we kill or scrub."""
+    me, uid = os.getpid(), os.getuid()
+    for p in psutil.process_iter(["pid", "uids"]):
+        if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid:
+            continue
+        try:
+            env = p.environ()
+            if (SERVER_ENV in env or CLUSTER_ENV in env) and p.status() != psutil.STATUS_ZOMBIE:
+                yield p, env
+        except (psutil.Error, OSError):
+            continue
+
+
+def find_orphans(run_root: str | None = None) -> list[Orphan]:
+    """This host's orphans: processes whose owning harness is gone, and (given run_root, whose lock
+    the caller holds) every server of that run."""
+    groups: dict[tuple[str, str | None], Orphan] = {}
+    for p, env in _marked():
+        sid, tag = env.get(SERVER_ENV), env.get(TAG_ENV)
+        who = env.get(HARNESS_ENV) if sid else env.get(CLUSTER_ENV)
+        of_run = run_root is not None and bool(tag) and tag.startswith(f"{run_root}::")
+        if not of_run and owner_alive(who) is not False:
+            continue
+        key = ("server", sid) if sid else ("ray-cluster", who)
+        g = groups.setdefault(key, Orphan(key[0], who, sid, tag))
+        g.procs.append(p)
+        g.secrets |= secret_values(env, (), [env.get("VLLM_API_KEY", "")])
+    return list(groups.values())
+
+
+def _kill(orphans: list[Orphan]) -> tuple[set[int], set[int]]:
+    """SIGKILL every orphan process (a server's whole group: its session is its own); returns
+    (killed pids, pids still alive after 10 s)."""
+    procs = [p for g in orphans for p in g.procs]
+    for g in orphans:
+        pids = {p.pid for p in g.procs}
+        for p in g.procs:
+            try:
+                if g.kind == "server" and os.getpgid(p.pid) in pids:
+                    os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+                p.kill()
+            except (psutil.Error, OSError):
+                pass
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    return {p.pid for p in procs}, {p.pid for p in alive}
+
+
+# -- the record of a Ray cluster the run started -----------------------------------------------
+def _clusters_dir() -> Path | None:
+    """<tmp>/e2e-ray-<uid>/clusters, made private; None when it or its parent is not this user's
+    alone (a record planted there would name the processes we kill)."""
+    base = Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}"
+    d = base / "clusters"
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for p in (base, d):
+            st = os.lstat(p)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+    except OSError:
+        return None
+    return d
+
+
+def cluster_record_path(owner_id: str) -> Path | None:
+    """Where the record of the cluster that owner_id started lives (None: no private folder)."""
+    d = _clusters_dir()
+    return d / (owner_id.replace("/", "_") + ".json") if d else None
+
+
+def record_cluster(procs: Iterable[psutil.Process]) -> None:
+    """The processes of the Ray cluster this harness just started (best effort)."""
+    path = cluster_record_path(owner())
+    if path is None:
+        return
+    pids = []
+    for p in procs:
+        try:
+            pids.append([p.pid, p.create_time()])
+        except psutil.Error:
+            continue
+    try:
+        path.write_text(json.dumps({"owner": owner(), "pids": pids}))
+    except OSError:
+        pass
+
+
+def forget_cluster() -> None:
+    path = cluster_record_path(owner())
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _recorded_clusters() -> list[tuple[Path, Orphan]]:
+    """Cluster records whose owner is gone, each with what of it still runs (same pid, same start
+    time, this user's)."""
+    d = _clusters_dir()
+    out = []
+    for path in sorted(d.glob("*.json")) if d else []:
+        try:
+            r = json.loads(path.read_text())
+            who, pids = r["owner"], [(int(a), float(b)) for a, b in r["pids"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if owner_alive(who) is not False:
+            continue
+        g = Orphan("ray-cluster", who, None, None)
+        for pid, t0 in pids:
+            p = _still(pid, t0)
+            try:
+                if p is not None and p.uids().real == os.getuid() and p.status() != psutil.STATUS_ZOMBIE:
+                    g.procs.append(p)
+            except psutil.Error:
+                continue
+        out.append((path, g))
+    return out
+
+
+def _homes(run_root: str) -> tuple[Path, Path]:
+    """Where a run's servers keep logs and records on this host: its run folder, and this node's
+    scratch folder of it (its Ray tasks')."""
+    return Path(run_root), scratch_root(run_root)
+
+
+def scratch_root(run_root: str) -> Path:
+    """The run's folder on a Ray node (executors/node_side.py), the same name on every node: the
+    driver's run folder hashed. Defined here because the orphan sweep looks there too."""
+    tag = hashlib.sha256(run_root.encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}" / f"{Path(run_root).name}-{tag}"
+
+
+def _logs_of(run_root: str) -> list[Path]:
+    folder, scratch = _homes(run_root)
+    return sorted(folder.glob("logs/*.log")) + sorted(scratch.glob("tasks/*/logs/*.log"))
+
+
+def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
+    """Stop this host's orphans (see find_orphans), scrub their runs' logs of the secrets their
+    environment held, mark each dead run's manifest `harness-died` (another run folder than
+    run_root, whose lock is free), and drop their records. Returns one entry per orphan for the
+    manifest of the run that found them (no secret in it). Signals are held meanwhile."""
+    with held():
+        found = find_orphans(run_root)
+        seen = {p.pid for g in found for p in g.procs}
+        recorded = _recorded_clusters()
+        for _, g in recorded:  # what the environment scan could not see (Ray's agents)
+            g.procs = [p for p in g.procs if p.pid not in seen]
+            if g.procs:
+                found.append(g)
+        _, alive = _kill(found)  # nothing found: nothing to wait for, and the records of gone clusters go
+        for path, _ in recorded:
+            path.unlink(missing_ok=True)
+        entries = []
+        for g in found:
+            entry = {
+                "found": now(),
+                "kind": g.kind,
+                "owner": g.owner,
+                "tag": g.tag,
+                "server_id": g.server_id,
+                "pids": sorted(p.pid for p in g.procs),
+                "still_running": sorted({p.pid for p in g.procs} & alive),
+            }
+            entries.append({k: v for k, v in entry.items() if v is not None})
+            root = g.run_root
+            if root:
+                for log in _logs_of(root):
+                    scrub_log(log, g.secrets)
+                if g.server_id and not entry["still_running"]:
+                    for home in _homes(root):
+                        forget(home / LIVE_DIR, g.server_id)
+        for root in sorted({g.run_root for g in found if g.run_root and g.run_root != run_root}):
+            mark_harness_died(Path(root), [e for e in entries if (e.get("tag") or "").startswith(f"{root}::")])
+        return entries
+
+
+def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The records of a run whose lock the caller holds, once stop_orphans has run: each names a
+    server its dead harness left. One still running by its record (its recorded pid, with that start
+    time: one whose environment could not be read) has its group killed; every such log is scrubbed
+    (of `secrets`, and of the key found by its digest) and the record dropped. Returns an entry per
+    server killed here (there should be none: stop_orphans finds them by their environment)."""
+    killed = []
+    for r in records(Path(run_root) / LIVE_DIR):
+        pid, t0 = r.get("pgid"), r.get("pid_started")
+        try:
+            alive = isinstance(pid, int) and _still(pid, float(t0)) is not None
+        except (TypeError, ValueError):
+            alive = False
+        if alive:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(
+                    {
+                        "found": now(),
+                        "kind": "server",
+                        "owner": r.get("owner"),
+                        "tag": r.get("tag"),
+                        "server_id": r["server_id"],
+                        "pids": [pid],
+                        "by": "record",
+                    }
+                )
+            except OSError:
+                pass
+        log = r.get("log")
+        if isinstance(log, str):
+            path = Path(log) if Path(log).is_absolute() else Path(run_root) / log
+            scrub_key_digests(path, {r.get("key_sha256") or ""}, secrets)
+        forget(Path(run_root) / LIVE_DIR, r["server_id"])
+    return killed
+
+
+def stop_mine(run_root: str) -> list[int]:
+    """The last word at the end of a session: every server of run_root that this harness owns on
+    this host and that still runs (a teardown cut short where nothing else caught it) is killed and
+    its run's logs scrubbed. Returns the pids found (should be [])."""
+    me = owner()
+    with held():
+        mine = [
+            Orphan(
+                "server",
+                me,
+                env.get(SERVER_ENV),
+                env.get(TAG_ENV),
+                [p],
+                secret_values(env, (), [env.get("VLLM_API_KEY", "")]),
+            )
+            for p, env in _marked()
+            if env.get(SERVER_ENV) and env.get(HARNESS_ENV) == me and env.get(TAG_ENV, "").startswith(f"{run_root}::")
+        ]
+        if mine:
+            _kill(mine)
+            for root in {g.run_root for g in mine if g.run_root}:
+                for log in _logs_of(root):
+                    scrub_log(log, set().union(*(g.secrets for g in mine)))
+        return sorted(p.pid for g in mine for p in g.procs)
+
+
+# -- a run whose harness died (its status: e2e/rundir/store.py, harness_gone) ------------------
+def mark_harness_died(run_root: Path, stopped: list[dict[str, Any]]) -> None:
+    """Best effort, another run's folder: status `harness-died` (if it said running) and what was
+    stopped of it. Skipped when its lock is held (then its harness lives) or it cannot be written."""
+    from e2e.errors import UserError
+    from e2e.rundir.store import RunStore
+
+    if not (Path(run_root) / "manifest.json").is_file():
+        return
+    store = RunStore(Path(run_root))
+    try:
+        store.lock()
+    except UserError:
+        return
+    try:
+        m = store.manifest()
+        update: dict[str, Any] = {"orphans_stopped": (m.get("orphans_stopped") or []) + stopped}
+        if m.get("status") == "running":
+            update.update(status="harness-died", harness_died={"found": now(), "by": owner()})
+        store.update_manifest(**update)
+    except (UserError, OSError):
+        pass
+    finally:
+        store.close()
+
+
+def describe(entries: list[dict[str, Any]]) -> str:
+    """The one console line for what stop_orphans found."""
+    servers = [e for e in entries if e["kind"] == "server"]
+    cluster = [p for e in entries if e["kind"] == "ray-cluster" for p in e["pids"]]
+    runs = sorted({e["tag"].rsplit("::", 1)[0] for e in servers if e.get("tag")})
+    what = ([f"{len(servers)} server(s) of {', '.join(runs) or 'an untagged run'}"] if servers else []) + (
+        [f"{len(cluster)} process(es) of its Ray cluster"] if cluster else []
+    )
+    left = sorted(p for e in entries for p in e.get("still_running", []))
+    return f"stopped what a harness that died left running: {'; '.join(what)} (their logs scrubbed)" + (
+        f"; STILL RUNNING after SIGKILL: pids {left}" if left else ""
+    )

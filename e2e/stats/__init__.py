@@ -1,0 +1,16 @@
+"""Numbers in, numbers out, no I/O: per-cell statistics, the estimator, the variance model, verdicts, planning, change points, bookends, the sign-off, result words, conformance.
+
+The face: `__all__` names the modules other stages may import; the others are this stage's own
+(tests/test_layers.py holds every import from outside the package to it)."""
+
+__all__ = [
+    "bookends",
+    "cells",
+    "changepoints",
+    "estimate",
+    "outcomes",
+    "planning",
+    "signoff",
+    "variance_model",
+    "verdicts",
+]

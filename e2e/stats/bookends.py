@@ -1,0 +1,203 @@
+"""Bookends: did a server move between its opening and its close? Pure functions, and the
+simulation that checks the test's false-alarm rate (`python -m e2e.stats.bookends`).
+
+At the end of each server's life (after its last depth with `--server-mode per-arm-pass`, after its
+cell in fresh mode) the runner measures `workload.bookend_rounds` more rounds of the server's FIRST
+depth. Their request rows carry phase "bookend" and never enter an estimate (store.counted_requests).
+The closing rounds are compared with the opening cell's own timed rounds:
+
+    value per round   (T_long - T_short) / (long - short), ms per token (the cell estimate's pairing)
+    test              Mann-Whitney U, exact, two-sided, closing rounds against opening rounds
+    step              median(closing) / median(opening) - 1
+    non-stationary    p < stats.bookend_alpha (0.01) AND |step| >= stats.bookend_min_step_pct (1 %)
+
+The exact test's null distribution is every split of the rounds into opening and closing: under a
+stationary server (rounds exchangeable) its false-alarm rate is at most alpha whatever the noise's
+shape. The simulation below checks that through these same functions, and shows what it does not
+cover: round-to-round correlation (AR(1)) raises the rate, which is a server that drifts, i.e. what
+the flag is for. The 1 % floor keeps a real but harmless step on a very quiet GPU from marking the
+server: a step of s moves the cell's estimate, taken between the two, by at most s. A design whose
+smallest attainable p is not below alpha (e.g. 5 opening and 3 closing rounds: 2/56) is not tested
+at all, and the row says so: a test that cannot reject must not read as "stationary".
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from math import comb
+from typing import Any
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+
+from e2e.stats import cells as stats
+
+TEST = "Mann-Whitney U, exact, two-sided: per-round decode ms/token, closing vs opening rounds"
+MIN_OPENING = 3
+
+
+def round_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int) -> np.ndarray:
+    """Per-round differenced decode ms/token of valid rounds (both lengths valid), in round order."""
+    long_, short = stats.round_values(rows, n_long, n_short)
+    d = (long_ - short) / (n_long - n_short) * 1e3
+    return d[np.isfinite(d)]
+
+
+def smallest_p(n_open: int, n_close: int) -> float:
+    """The smallest two-sided p the exact test can give: every closing round beyond every opening one."""
+    return min(1.0, 2 / comb(n_open + n_close, n_close)) if n_open and n_close else 1.0
+
+
+def testable(n_open: int, n_close: int, alpha: float) -> bool:
+    return n_open >= MIN_OPENING and n_close >= 1 and smallest_p(n_open, n_close) < alpha
+
+
+def step_p(opening: np.ndarray, closing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p, step %) of closing against opening, along the last axis: one server (1-D) or many
+    simulated ones (2-D, a row each) through the same code."""
+    p = mannwhitneyu(closing, opening, alternative="two-sided", method="exact", axis=-1).pvalue
+    step = (np.median(closing, axis=-1) / np.median(opening, axis=-1) - 1) * 100
+    return np.asarray(p), np.asarray(step)
+
+
+def flagged(p: np.ndarray, step: np.ndarray, alpha: float, min_step_pct: float) -> np.ndarray:
+    return (p < alpha) & (np.abs(step) >= min_step_pct)
+
+
+def evaluate(
+    opening: Sequence[float], closing: Sequence[float], alpha: float, min_step_pct: float, **ident: Any
+) -> dict[str, Any]:
+    """The cell row's `bookend` (formats.BookendResult) from the per-round values."""
+    o, c = np.asarray(opening, dtype=float), np.asarray(closing, dtype=float)
+    out: dict[str, Any] = {
+        **ident,
+        "opening_rounds": int(o.size),
+        "closing_rounds": int(c.size),
+        "alpha": alpha,
+        "min_step_pct": min_step_pct,
+        "test": TEST,
+        "opening_ms": float(np.median(o)) if o.size else None,
+        "closing_ms": float(np.median(c)) if c.size else None,
+    }
+    if not testable(o.size, c.size, alpha):
+        return {
+            **out,
+            "status": "untested",
+            "reason": f"{o.size} opening and {c.size} closing valid rounds cannot reach p < {alpha:g} "
+            f"(smallest p {smallest_p(o.size, c.size):.3g})",
+        }
+    p, step = step_p(o, c)
+    hit = bool(flagged(p, step, alpha, min_step_pct))
+    return {
+        **out,
+        "status": "non-stationary" if hit else "stationary",
+        "p_value": float(p),
+        "step_pct": float(step),
+        "reason": None,
+    }
+
+
+def untested(reason: str, **ident: Any) -> dict[str, Any]:
+    return {**ident, "status": "untested", "reason": reason, "test": TEST}
+
+
+def server_flags(cell_rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """server_key -> that server's bookend result, plus the cells it covers (`cells`: the cell ids
+    whose rows name the same attempt; cells of the group measured on an earlier, failed server of
+    the same key are not covered). For the report and the verdict table."""
+    rows = list(cell_rows)
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        b = r.get("bookend")
+        if not b:
+            continue
+        key = r.get("server_key") or r["cell_id"]
+        cells = [
+            x["cell_id"]
+            for x in rows
+            if (x.get("server_key") or x["cell_id"]) == key and x.get("attempt") == r.get("attempt")
+        ]
+        out[key] = {**b, "attempt": r.get("attempt"), "arm": r.get("arm"), "pass": r.get("pass"), "cells": cells}
+    return out
+
+
+# -- the false-alarm rate, by simulation through the functions above ---------------------------------
+DESIGNS = [  # (label, opening rounds, closing rounds, noise CV, outlier share, AR(1) rho, true step)
+    ("stationary, CV 2 %", 10, 5, 0.02, 0.0, 0.0, 0.0),
+    ("stationary, CV 5 %", 6, 5, 0.05, 0.0, 0.0, 0.0),
+    ("stationary, CV 5 %, 10 % outlier rounds (+30 %)", 6, 5, 0.05, 0.10, 0.0, 0.0),
+    ("stationary, CV 2 %", 5, 5, 0.02, 0.0, 0.0, 0.0),
+    ("drifting: AR(1) rho 0.5, CV 2 %", 10, 5, 0.02, 0.0, 0.5, 0.0),
+    ("step 2.4 % (issue 23's neighbour), CV 1 %", 10, 5, 0.01, 0.0, 0.0, 2.4),
+    ("step 5 %, CV 2 %", 6, 5, 0.02, 0.0, 0.0, 5.0),
+    ("step 30 % (the CPU test's injected delay), CV 5 %", 6, 5, 0.05, 0.0, 0.0, 30.0),
+]
+
+
+def simulate_rates(
+    n_open: int,
+    n_close: int,
+    cv: float,
+    outliers: float,
+    rho: float,
+    step_pct: float,
+    n: int,
+    alpha: float,
+    min_step_pct: float,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Share of n simulated servers whose bookend is p < alpha, and flagged non-stationary."""
+    rng = np.random.default_rng(seed)
+    k = n_open + n_close
+    z = rng.normal(0, 1, (n, k))
+    for j in range(1, k):  # AR(1) with unit marginal variance
+        z[:, j] = rho * z[:, j - 1] + np.sqrt(1 - rho**2) * z[:, j]
+    x = 10.0 * np.exp(cv * z) * np.where(rng.random((n, k)) < outliers, 1.3, 1.0)
+    x[:, n_open:] *= 1 + step_pct / 100
+    p, step = step_p(x[:, :n_open], x[:, n_open:])
+    return {"p_below_alpha": float((p < alpha).mean()), "flagged": float(flagged(p, step, alpha, min_step_pct).mean())}
+
+
+def conformance(n: int = 2000, alpha: float = 0.01, min_step_pct: float = 1.0) -> list[dict[str, Any]]:
+    rows = []
+    for i, (label, n1, n2, cv, out, rho, step) in enumerate(DESIGNS):
+        r = simulate_rates(n1, n2, cv, out, rho, step, n, alpha, min_step_pct, seed=i)
+        null = step == 0 and rho == 0
+        rows.append(
+            {
+                "design": label,
+                "opening": n1,
+                "closing": n2,
+                "step_pct": step,
+                **r,
+                "target": f"<= {100 * alpha:g} % (+3 MC se)" if null else "-",
+                "met": (r["flagged"] <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / n)) if null else None,
+                "n": n,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m e2e.stats.bookends", description=__doc__.splitlines()[0])
+    ap.add_argument("--experiments", type=int, default=20000)
+    ap.add_argument("--alpha", type=float, default=0.01)
+    ap.add_argument("--min-step-pct", type=float, default=1.0)
+    a = ap.parse_args(argv)
+    print(
+        f"| design | opening / closing rounds | p < {a.alpha:g} | flagged (and step >= {a.min_step_pct:g} % either way) "
+        "| target | met |\n|---|---|---|---|---|---|"
+    )
+    for r in conformance(a.experiments, a.alpha, a.min_step_pct):
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+        print(
+            f"| {r['design']} | {r['opening']} / {r['closing']} | {100 * r['p_below_alpha']:.2f} % | "
+            f"{100 * r['flagged']:.2f} % | {r['target']} | {met} |"
+        )
+    print(f"({a.experiments} simulated servers per design; {TEST})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

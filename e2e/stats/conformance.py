@@ -1,0 +1,583 @@
+"""Conformance of the decision layer: simulated runs with a known truth, through the functions a run
+uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison -> verdicts.decide_family;
+planning for the MDE and the adaptive allocation; changepoints for a history; signoff's
+non-inferiority test on simulated counts). Prints the figures as a markdown table
+(tests/test_conformance.py asserts them):
+
+    python -m e2e.stats.conformance [--experiments N] [--seed S]
+
+The simulation is the reference design: two arms (three in the family check), depths 1K, 8K and 32K,
+64- and 8-token requests, 6 rounds per cell, per-arm-pass servers. A request of n tokens takes
+0.05 s + n * tpt(depth) plus noise whose sd grows with the depth (REGIMES: per value, relative to
+the 64-token request); with `heavy`, 5 % of requests are late by 10 sd x Exp(1) (heavy tails). A
+server's offset (lognormal, `server_sd`) is shared by every depth it serves, and each cell adds its
+own excess (`excess_sd`). Cells are drawn from pools simulated once per (effect, depth, regime,
+rounds) and scaled by the server's offset: cell_stats is scale-equivariant (tested), so this equals
+simulating every server's rows afresh, at a fraction of the time. Every rate comes with its 95 %
+Monte-Carlo (Wilson) interval; a target "<= 5 %" is met when the rate is at most 5 % + 3
+Monte-Carlo standard errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import binom
+
+from e2e.stats import cells as stats
+from e2e.stats import changepoints, planning, signoff
+from e2e.stats import variance_model as vm
+from e2e.stats import verdicts as v
+
+LONG, SHORT, ROUNDS = 64, 8, 6
+DEPTHS = (1024, 8192, 32768)
+TPT_MS = {1024: 10.9, 8192: 11.0, 32768: 11.4}  # the H200 twin's stock arm
+ALPHA = 0.05
+POOL = 200
+SEED = 20261201
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    server_sd: float  # log-sd of a server's offset, shared by its depths
+    excess_sd: float  # log-sd of a cell's own excess (server x depth)
+    noise: tuple[float, float, float]  # per-value sd / T64, by depth (grows with the context)
+    heavy: float = 0.0  # share of requests late by 10 sd x Exp(1)
+    min_effect: float = 2.0
+
+
+REGIMES = {
+    "h200": Regime("h200", 0.002, 0.0005, (0.001, 0.002, 0.005), min_effect=1.0),
+    "h200-heavy": Regime("h200-heavy", 0.002, 0.0005, (0.001, 0.002, 0.005), heavy=0.05, min_effect=1.0),
+    "cpu": Regime("cpu", 0.05, 0.01, (0.02, 0.03, 0.05), min_effect=5.0),
+}
+
+
+# -- simulated cells ----------------------------------------------------------------------------
+def cell_rows(
+    rng: np.random.Generator, tpt_ms: float, rel_sd: float, rounds: int = ROUNDS, heavy: float = 0.0
+) -> list[dict[str, Any]]:
+    """One cell's timed rows as measure.py writes them (long/short order alternating by round)."""
+    sd = rel_sd * (0.05 + LONG * tpt_ms / 1e3)
+    rows = []
+    for r in range(rounds):
+        for pos, n in enumerate((LONG, SHORT) if r % 2 == 0 else (SHORT, LONG)):
+            t = 0.05 + n * tpt_ms / 1e3 + rng.normal(0.0, sd)
+            if heavy and rng.random() < heavy:
+                t += 10 * sd * rng.exponential()
+            rows.append({"n_tokens": n, "round": r, "position": pos, "t_client_s": float(t), "valid": True})
+    return rows
+
+
+def scaled(cell: stats.CellStats, f: float) -> stats.CellStats:
+    """The cell as a server f times slower would have measured it (every request time times f)."""
+    out = copy.copy(cell)
+    out.estimate, out.boot = cell.estimate * f, cell.boot * f
+    out.ci = (cell.ci[0] * f, cell.ci[1] * f) if cell.ci else None
+    n = cell.noise
+    out.noise = stats.Noise(n.n_long, n.n_short, n.scale_long * f, n.scale_short * f)
+    return out
+
+
+class Sim:
+    """Pools of simulated cells and experiments drawn from them."""
+
+    def __init__(self, seed: int = SEED, pool: int = POOL):
+        self.seed, self.pool_size = seed, pool
+        self.rng = np.random.default_rng(seed)
+        self.pools: dict[tuple, list[stats.CellStats]] = {}
+
+    def pool(self, effect: float, depth: int, rg: Regime, rounds: int) -> list[stats.CellStats]:
+        key = (round(effect, 10), depth, rg.noise, rg.heavy, rounds)
+        if key not in self.pools:
+            rng = np.random.default_rng(
+                [
+                    self.seed,
+                    int(effect * 1e9) % 2**32,
+                    depth,
+                    rounds,
+                    int(rg.heavy * 100),
+                    int(1e6 * rg.noise[DEPTHS.index(depth)]),
+                ]
+            )
+            rel = rg.noise[DEPTHS.index(depth)]
+            self.pools[key] = [
+                stats.cell_stats(cell_rows(rng, TPT_MS[depth] * (1 + effect), rel, rounds, rg.heavy), LONG, SHORT)
+                for _ in range(self.pool_size)
+            ]
+        return self.pools[key]
+
+    def servers(
+        self,
+        rg: Regime,
+        arm: str,
+        k: int,
+        effects: dict[int, float],
+        rounds: dict[int, int] | int = ROUNDS,
+        tag: str = "",
+        run_offset: float = 0.0,
+    ) -> list[tuple[str, int, str, stats.CellStats]]:
+        """k servers of one arm, each serving every depth (per-arm-pass): (arm, depth, server, cell)."""
+        rounds = rounds if isinstance(rounds, dict) else {d: rounds for d in DEPTHS}
+        out = []
+        for s in range(k):
+            u = self.rng.normal(0.0, rg.server_sd) + run_offset
+            for d in DEPTHS:
+                pool = self.pool(effects.get(d, 0.0), d, rg, rounds[d])
+                c = pool[int(self.rng.integers(len(pool)))]
+                out.append((arm, d, f"{tag}{arm}{s}", scaled(c, math.exp(u + self.rng.normal(0.0, rg.excess_sd)))))
+        return out
+
+    def experiment(self, rg: Regime, k: int, arms: dict[str, dict[int, float]]) -> list[tuple]:
+        return [x for arm, eff in arms.items() for x in self.servers(rg, arm, k, eff)]
+
+
+def family(
+    cells: Sequence[tuple], ref: str, min_effect: float, alpha: float = ALPHA
+) -> list[tuple[str, int, v.Comparison]]:
+    """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm)."""
+    f = vm.fit(cells)
+    arms = list(dict.fromkeys(c[0] for c in cells))
+    out = []
+    for arm in arms:
+        if arm == ref:
+            continue
+        for d in DEPTHS:
+            rc = [c[3] for c in cells if c[0] == ref and c[1] == d]
+            ac = [c[3] for c in cells if c[0] == arm and c[1] == d]
+            out.append((arm, d, v.model_comparison(f, arm, ref, d, rc, ac, alpha, min_effect)))
+    v.decide_family([c for *_, c in out], alpha)
+    return out
+
+
+def true_components(
+    rg: Regime, arms: Sequence[str], effects: dict[str, dict[int, float]] | None = None
+) -> planning.Components:
+    """The simulation's truth as planning reads a fit: per-value variance relative to the difference."""
+    q = {}
+    for a in arms:
+        for d in DEPTHS:
+            e = (effects or {}).get(a, {}).get(d, 0.0)
+            sd = rg.noise[DEPTHS.index(d)] * (0.05 + LONG * TPT_MS[d] / 1e3)
+            diff = (LONG - SHORT) * TPT_MS[d] * (1 + e) / 1e3
+            q[(a, d)] = ((sd / diff) ** 2,) * 2
+    return planning.Components(rg.server_sd**2, rg.excess_sd**2, q, source="truth")
+
+
+# -- figures ------------------------------------------------------------------------------------
+@dataclass
+class Figure:
+    key: str
+    what: str
+    design: str
+    value: float
+    n: int | None = None  # experiments behind a rate (None: a computed value)
+    target: str = ""
+    ok: bool | None = None  # None: reported, no target
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if self.n is None:
+            return None
+        return signoff.proportion_interval(round(self.value * self.n), self.n, 0.95, "wilson")
+
+
+def tol(p: float, n: int) -> float:
+    """The stated Monte-Carlo tolerance: 3 standard errors of a rate p over n experiments."""
+    return 3 * math.sqrt(p * (1 - p) / n)
+
+
+def _rate(xs: list[bool]) -> float:
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+def _at_most(key: str, what: str, design: str, xs: list[bool], p: float) -> Figure:
+    r = _rate(xs)
+    return Figure(
+        key, what, design, r, len(xs), f"<= {100 * p:g} % (+{100 * tol(p, len(xs)):.1f} MC)", r <= p + tol(p, len(xs))
+    )
+
+
+def _at_least(key: str, what: str, design: str, xs: list[bool], p: float) -> Figure:
+    return Figure(key, what, design, _rate(xs), len(xs), "always" if p == 1 else f">= {100 * p:g} %", _rate(xs) >= p)
+
+
+def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
+    out = []
+    decided = (v.SLOWER, v.FASTER)
+    for name, rg in REGIMES.items():
+        for k in (2, 4):
+            d = f"A/A, {name}, {k} servers per arm, 3 depths (family of 3)"
+            fams = [family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", rg.min_effect) for _ in range(n)]
+            tag = f"{name}_k{k}"
+            out.append(
+                _at_most(
+                    f"aa_decided_{tag}",
+                    '"slower"/"faster" anywhere (false, family-wise)',
+                    d,
+                    [any(c.decision in decided for *_, c in f) for f in fams],
+                    ALPHA,
+                )
+            )
+            out.append(
+                _at_least(
+                    f"aa_coverage_{tag}",
+                    "95 % interval covers the true ratio (per comparison)",
+                    d,
+                    [c.ci[0] <= 1 <= c.ci[1] for f in fams for *_, c in f],
+                    0.93,
+                )
+            )
+            out.append(
+                Figure(
+                    f"aa_mde_{tag}",
+                    "median printed MDE at 32K, %",
+                    d,
+                    float(np.median([c.mde_pct for f in fams for _, dd, c in f if dd == DEPTHS[-1]])),
+                )
+            )
+    rg = REGIMES["cpu"]
+    d = "A/A family, cpu, 3 arms x 3 depths, 4 servers per arm"
+    fams = [family(sim.experiment(rg, 4, {"ref": {}, "a1": {}, "a2": {}}), "ref", rg.min_effect) for _ in range(n)]
+    out.append(
+        _at_most(
+            "family_holm",
+            "any false decision, Holm",
+            d,
+            [any(c.decision in decided for *_, c in f) for f in fams],
+            ALPHA,
+        )
+    )
+    out.append(
+        Figure(
+            "family_raw",
+            "any false decision, uncorrected",
+            d,
+            _rate([any(c.decision_unadjusted in decided for *_, c in f) for f in fams]),
+            n,
+        )
+    )
+    d = "k = 1 server per arm, h200"
+    f1 = [
+        family(sim.experiment(REGIMES["h200"], 1, {"ref": {}, "arm": {}}), "ref", 1.0) for _ in range(max(10, n // 10))
+    ]
+    out.append(
+        _at_least(
+            "aa_insufficient_k1",
+            '"insufficient replication"',
+            d,
+            [c.decision == v.INSUFFICIENT_REPLICATION for f in f1 for *_, c in f],
+            1.0,
+        )
+    )
+    out += power_figures(sim, n) + equivalence_figures(sim, n)
+    return out
+
+
+def at_32k(sim: Sim, rg: Regime, k: int, effect: float) -> v.Comparison:
+    """One experiment, a true change at 32K only; its 32K comparison, decided with its family."""
+    fam = family(sim.experiment(rg, k, {"ref": {}, "arm": {DEPTHS[-1]: effect}}), "ref", rg.min_effect)
+    return next(c for _, d, c in fam if d == DEPTHS[-1])
+
+
+def power_figures(sim: Sim, n: int) -> list[Figure]:
+    """Power at the printed MDE. The change is at 32K only (the others A/A), so Holm's first step
+    is the one that applies, as the MDE assumes."""
+    out = []
+    for name, k in (("h200", 3), ("cpu", 4)):
+        rg = REGIMES[name]
+        comp = true_components(rg, ["ref", "arm"])
+        cells = planning.hypothetical_cells(["ref", "arm"], DEPTHS, k, {dd: ROUNDS for dd in DEPTHS}, True)
+        se, df = planning.predict(comp, cells, "ref", [("arm", DEPTHS[-1])])[("arm", DEPTHS[-1])]
+        mde = planning.mde_pct(se, df, v.family_step(3, ALPHA), rg.min_effect)
+        d = f"true change at 32K = the MDE of the true variance ({mde:.2f} %), {name}, {k} servers per arm"
+        r = _rate([at_32k(sim, rg, k, mde / 100).decision == v.SLOWER for _ in range(n)])
+        out.append(
+            Figure(
+                f"mde_power_true_{name}",
+                '"slower" (power)',
+                d,
+                r,
+                n,
+                f"80 % +- {100 * (tol(0.8, n) + 0.03):.1f}",
+                abs(r - 0.80) <= tol(0.8, n) + 0.03,
+            )
+        )
+        med = float(np.median([at_32k(sim, rg, k, 0.0).mde_pct for _ in range(n)]))
+        d = f"true change at 32K = the median printed MDE ({med:.2f} %), {name}, {k} servers per arm"
+        r = _rate([at_32k(sim, rg, k, med / 100).decision == v.SLOWER for _ in range(n)])
+        # the median printed se is below the true se, so the median printed MDE has less than 80 %
+        out.append(
+            Figure(
+                f"mde_power_median_{name}",
+                '"slower" (power)',
+                d,
+                r,
+                n,
+                f"55 to 92 % (+-{100 * tol(0.8, n):.1f} MC)",
+                0.55 - tol(0.8, n) <= r <= 0.92 + tol(0.8, n),
+            )
+        )
+    return out
+
+
+def equivalence_figures(sim: Sim, n: int) -> list[Figure]:
+    """A true change exactly at the margin: "equivalent" at most alpha of the time."""
+    out = []
+    for name, k, margin in (("h200", 3, 0.5), ("cpu", 6, 10.0)):
+        rg = REGIMES[name]
+        d = f"true change {margin:g} % = the margin (min_effect {margin:g} %) at every depth, {name}, {k} servers per arm"
+        fams = [
+            family(sim.experiment(rg, k, {"ref": {}, "arm": {dd: margin / 100 for dd in DEPTHS}}), "ref", margin)
+            for _ in range(n)
+        ]
+        out.append(
+            _at_most(
+                f"tost_size_{name}",
+                '"equivalent" anywhere (false)',
+                d,
+                [any(c.decision == v.EQUIVALENT for *_, c in f) for f in fams],
+                ALPHA,
+            )
+        )
+        d = f"A/A, min_effect {margin:g} %, {name}, {k} servers per arm"
+        fams = [family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", margin) for _ in range(max(10, n // 2))]
+        out.append(
+            Figure(
+                f"tost_power_{name}",
+                '"equivalent" (per comparison)',
+                d,
+                _rate([c.decision == v.EQUIVALENT for f in fams for *_, c in f]),
+                3 * len(fams),
+            )
+        )
+    return out
+
+
+# -- the adaptive stop ----------------------------------------------------------------------------
+COSTS = planning.Costs(
+    {"ref": 90.0, "arm": 90.0},
+    {(a, d): w for a in ("ref", "arm") for d, w in zip(DEPTHS, (2.0, 4.0, 13.0))},
+    {(a, d): r for a in ("ref", "arm") for d, r in zip(DEPTHS, (1.0, 2.1, 6.3))},
+)
+
+
+def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
+    """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
+    allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
+    the final fit over everything. No second look, so the stop does not select on a lucky
+    variance estimate; the coverage of the final intervals is the check."""
+    out = []
+    for name, target in (("cpu", 8.0), ("h200", 0.4)):
+        rg = REGIMES[name]
+        cover, met, extra = [], [], []
+        for _ in range(n):
+            pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
+            f = vm.fit(pilot)
+            existing = list(f.design.cells)
+            alloc = planning.allocate(
+                planning.Components.of(f),
+                existing,
+                ["ref", "arm"],
+                list(DEPTHS),
+                True,
+                COSTS,
+                target,
+                max_extra_passes=6,
+            )
+            more = [
+                x for arm in ("ref", "arm") for x in sim.servers(rg, arm, alloc.extra_passes, {}, alloc.rounds, tag="x")
+            ]
+            fam = family(pilot + more, "ref", rg.min_effect)
+            cover += [c.ci[0] <= 1 <= c.ci[1] for *_, c in fam]
+            met.append(all(c.ci_half_width_pct <= target for *_, c in fam))
+            extra.append(alloc.extra_passes)
+        d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
+        r, slack = _rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
+        out.append(
+            Figure(
+                f"adaptive_coverage_{name}",
+                "95 % interval covers the true ratio (per comparison)",
+                d,
+                r,
+                len(cover),
+                f">= 93 % (-{100 * slack:.1f} MC)",
+                r >= 0.93 - slack,
+            )
+        )
+        out.append(
+            Figure(f"adaptive_met_{name}", "every interval within the target after the second stage", d, _rate(met), n)
+        )
+        out.append(
+            Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra)))
+        )
+    return out
+
+
+# -- history --------------------------------------------------------------------------------------
+def history_figures(sim: Sim, n: int, runs: int = 8, k: int = 3) -> list[Figure]:
+    """A history of runs with run-to-run variation (each run's servers share an offset of sd 1 %),
+    tested as `history` tests it: every arm x depth series of the family, Bonferroni over them."""
+    rg = Regime("history", 0.01, 0.002, REGIMES["h200"].noise, min_effect=2.0)
+    series = [("ref", d) for d in DEPTHS[:2]] + [("arm", d) for d in DEPTHS[:2]]
+    d = f"{runs} runs x {k} servers, run-to-run sd 1 %, server sd 1 %, {len(series)} series (2 arms x 2 depths)"
+
+    def history_run(step_at: int | None, step: float) -> list[list[changepoints.ChangePoint]]:
+        per_run = []
+        for i in range(runs):
+            eff = step if step_at is not None and i >= step_at else 0.0
+            offset = sim.rng.normal(0.0, 0.01)
+            cells = [
+                x
+                for arm in ("ref", "arm")
+                for x in sim.servers(rg, arm, k, {dd: eff for dd in DEPTHS}, tag=f"r{i}", run_offset=offset)
+            ]
+            per_run.append(cells)
+        out = []
+        for arm, dd in series:
+            rr = [[c[3] for c in cells if c[0] == arm and c[1] == dd] for cells in per_run]
+            out.append(changepoints.find_change_points(rr, ALPHA, rg.min_effect, n_series=len(series)))
+        return out
+
+    flat = [any(h) for h in (history_run(None, 0.0) for _ in range(n))]
+    res = [history_run(runs // 2, 0.10) for _ in range(n)]
+    found = [any(abs(c.index - runs // 2) <= 1 and c.decision == v.SLOWER for c in s) for h in res for s in h]
+    exact = [any(c.index == runs // 2 for c in s) for h in res for s in h]
+    return [
+        _at_most("cp_flat", "flat history: any change point (family-wise)", d, flat, ALPHA),
+        _at_least("cp_step_found", '10 % step: a "slower" step within one run of it (per series)', d, found, 0.80),
+        Figure(
+            "cp_step_exact", "10 % step: located at exactly the right run (per series)", d, _rate(exact), len(exact)
+        ),
+    ]
+
+
+def _ni_rates(
+    rng: np.random.Generator, n_q: int, drop: float, psi: float, margin: float, n: int
+) -> tuple[float, float, float]:
+    """Simulated (pass, fail, old-rule pass) rates: counts drawn per experiment, judged by the
+    test compare() uses (signoff.ni_test) and by the old rule (McNemar p >= alpha and drop <= margin)."""
+    cnt = rng.multinomial(n_q, [(psi + drop) / 2, (psi - drop) / 2, 1 - psi], size=n)
+    b, c = cnt[:, 0], cnt[:, 1]
+    passed, failed = signoff.ni_test(b, c, n_q, margin, ALPHA)
+    old = (mcnemar_p(b, c) >= ALPHA) & ((b - c) / n_q <= margin + 1e-12)
+    return float(passed.mean()), float(failed.mean()), float(old.mean())
+
+
+def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
+    """signoff.mcnemar_exact, vectorised: for p = 1/2 the two-sided exact binomial p-value is
+    min(1, 2 P(X <= min(a_only, b_only))), X ~ Bin(a_only + b_only, 1/2); 1 with nothing discordant."""
+    d = a_only + b_only
+    with np.errstate(invalid="ignore"):
+        p = np.minimum(1.0, 2 * binom.cdf(np.minimum(a_only, b_only), d, 0.5))
+    return np.where(d == 0, 1.0, p)
+
+
+def gsm8k_figures(n: int, seed: int = SEED) -> list[Figure]:
+    rng = np.random.default_rng([seed, 8])
+    m, out = 0.01, []
+    for n_q, psi in ((1319, 0.05), (100, 0.10), (10, 0.20)):
+        for drop, label in ((m, "= margin"), (1.5 * m, "1.5 x margin")):
+            d = f"{n_q} questions, true drop {100 * drop:g} pts ({label}), discordance {100 * psi:g} %, margin 1 pt"
+            p, _, old = _ni_rates(rng, n_q, drop, psi, m, n)
+            key = f"ni_{n_q}_{'m' if drop == m else 'm15'}"
+            out.append(
+                Figure(
+                    key, "pass (false)", d, p, n, f"<= 5 % (+{100 * tol(0.05, n):.1f} MC)", p <= ALPHA + tol(ALPHA, n)
+                )
+            )
+            out.append(Figure(key + "_old", "pass under the old rule (McNemar p >= alpha)", d, old, n))
+    for n_q in (10, 100, 1319):
+        worst = max(
+            signoff.pass_probability(n_q, (s + m) / 2, (s - m) / 2, m, ALPHA)["pass"] for s in np.linspace(m, 1, 41)
+        )
+        out.append(
+            Figure(
+                f"ni_exact_{n_q}",
+                "exact size, worst discordance (41 rates)",
+                f"{n_q} questions, margin 1 pt",
+                worst,
+                None,
+                "<= 5 %",
+                worst <= ALPHA,
+            )
+        )
+    for psi in (0.02, 0.05):
+        d = f"A/A, 1319 questions, discordance {100 * psi:g} %, margin 1 pt"
+        p, f, _ = _ni_rates(rng, 1319, 0.0, psi, m, n)
+        out.append(
+            Figure(
+                f"aa_fail_{round(100 * psi)}",
+                '"fail"',
+                d,
+                f,
+                n,
+                f"<= 5 % (+{100 * tol(0.05, n):.1f} MC)",
+                f <= ALPHA + tol(ALPHA, n),
+            )
+        )
+        out.append(Figure(f"aa_pass_{round(100 * psi)}", '"pass" (power)', d, p, n))
+    need = signoff.questions_needed(m, ALPHA, 0.80, 0.02)
+    d = f"A/A at questions_needed(1 pt, discordance 2 %) = {need} questions"
+    p, _, _ = _ni_rates(rng, need, 0.0, 0.02, m, n)
+    out.append(
+        Figure(
+            "ni_needed_power",
+            '"pass" (power)',
+            d,
+            p,
+            n,
+            f"80 % +- {100 * (tol(0.8, n) + 0.03):.1f}",
+            abs(p - 0.80) <= tol(0.8, n) + 0.03,
+        )
+    )
+    return out
+
+
+def run(n: int = 500, seed: int = SEED) -> list[Figure]:
+    sim = Sim(seed)
+    return (
+        between_arm_figures(sim, n)
+        + adaptive_figures(sim, max(20, (2 * n) // 5))
+        + history_figures(sim, max(20, n // 5))
+        + gsm8k_figures(2 * n, seed)
+    )
+
+
+def markdown(figs: list[Figure]) -> str:
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f} %"
+
+    lines = ["| figure | design | value | MC 95 % interval | target | met |", "|---|---|---|---|---|---|"]
+    for f in figs:
+        val = f"{f.value:.2f} %" if "MDE" in f.what else f"{f.value:.2f}" if "count" in f.what else pct(f.value)
+        iv = f.interval
+        lines.append(
+            f"| {f.what} | {f.design} | {val} | "
+            f"{f'{pct(iv[0])} to {pct(iv[1])} (n {f.n})' if iv else '-'} | {f.target or '-'} | "
+            f"{'-' if f.ok is None else 'yes' if f.ok else '**no**'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, echo: Callable[[str], None] = print) -> int:
+    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiments", type=int, default=2000, help="experiments per design (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args(argv)
+    if args.experiments < 10:
+        ap.error("--experiments must be >= 10")
+    figs = run(args.experiments, args.seed)
+    echo(markdown(figs))
+    return 0 if all(f.ok is not False for f in figs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

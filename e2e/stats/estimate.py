@@ -1,0 +1,101 @@
+"""The cell's point estimate: decode ms per token by differencing two output lengths.
+
+    (median Y_long - median Y_short) / (long - short)
+
+Prefill, queueing and HTTP costs are the same for both lengths and cancel; what remains is the
+cost of the extra (long - short) decode steps. Y is what the client waited for, in one of two
+spellings (the estimators; the run's manifest and report name the one that decided):
+
+* "client": Y = the client's wall time of the request. The seed's definition, kept in every row
+  and report as the check.
+* "prefill-corrected" (the default where the server's timings exist): Y = client wall time minus
+  the server's own prefill time of that request (`server_prefill_s`, vLLM's
+  request_prefill_time_seconds delta). Prefill has the same length in both requests, so the
+  expectation is the client's; but at 32K a prefill takes ~2.7 s and its jitter (4-9 ms sd on the
+  H200) is most of the noise of a 64-vs-8 difference. Subtracting each request's own prefill keeps
+  what the client waits for after the first token, decode and HTTP included, and removes that
+  jitter: on the committed H200 rows a 32K cell's 95 % interval went from +-1.3-2.1 % to
+  +-0.3-0.5 % (README, "The estimator").
+
+The server's own decode time is differenced the same way and reported beside both. Pure: rows in,
+numbers out. Intervals and decisions live in stats.py and verdicts.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from statistics import median
+from typing import Any
+
+CLIENT, CORRECTED = "client", "prefill-corrected"
+ESTIMATORS = (CLIENT, CORRECTED)
+DESCRIPTION = {
+    CLIENT: "(median T{L} - median T{S}) / {D} of the client's wall times",
+    CORRECTED: "(median Y{L} - median Y{S}) / {D}, Y = client wall time minus the server's prefill "
+    "time of the same request",
+}
+
+
+def request_value(estimator: str) -> Callable[[dict[str, Any]], float | None]:
+    """Y of one request row under an estimator (seconds), None where it cannot be formed."""
+    if estimator == CLIENT:
+        return lambda r: r.get("t_client_s")
+    if estimator == CORRECTED:
+
+        def corrected(r: dict[str, Any]) -> float | None:
+            t, p = r.get("t_client_s"), r.get("server_prefill_s")
+            return None if t is None or p is None else t - p
+
+        return corrected
+    raise ValueError(f"unknown estimator {estimator!r} (one of {', '.join(ESTIMATORS)})")
+
+
+def describe(estimator: str, n_long: int, n_short: int) -> str:
+    return DESCRIPTION[estimator].format(L=n_long, S=n_short, D=n_long - n_short)
+
+
+def _med(xs: list[float]) -> float | None:
+    return median(xs) if xs else None
+
+
+def valid_values(rows: Iterable[dict[str, Any]], n: int, field: str) -> list[float]:
+    return [r[field] for r in rows if r["valid"] and r["n_tokens"] == n and r.get(field) is not None]
+
+
+def differenced_ms(long_vals: list[float], short_vals: list[float], n_long: int, n_short: int) -> float | None:
+    ml, ms = _med(long_vals), _med(short_vals)
+    if ml is None or ms is None:
+        return None
+    return (ml - ms) / (n_long - n_short) * 1e3
+
+
+def estimator_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int, estimator: str) -> float | None:
+    """The cell's estimate under `estimator` from its valid rows; None when a length has no value
+    (for "prefill-corrected": when any valid row lacks the server's prefill time)."""
+    f = request_value(estimator)
+    rows = [r for r in rows if r["valid"]]
+    vals = {n: [f(r) for r in rows if r["n_tokens"] == n] for n in (n_long, n_short)}
+    if any(v is None for vs in vals.values() for v in vs):
+        return None
+    return differenced_ms(vals[n_long], vals[n_short], n_long, n_short)
+
+
+def cell_estimate(rows: list[dict[str, Any]], n_long: int, n_short: int) -> dict[str, Any]:
+    tl = valid_values(rows, n_long, "t_client_s")
+    ts = valid_values(rows, n_short, "t_client_s")
+    dl = valid_values(rows, n_long, "server_decode_s")
+    ds = valid_values(rows, n_short, "server_decode_s")
+    overhead = [r["t_client_s"] - r["server_e2e_s"] for r in rows if r["valid"] and r.get("server_e2e_s") is not None]
+    return {
+        "n_valid_long": len(tl),
+        "n_valid_short": len(ts),
+        "n_invalid": sum(1 for r in rows if not r["valid"]),
+        "t_long_median_s": _med(tl),
+        "t_short_median_s": _med(ts),
+        "decode_ms_per_token": differenced_ms(tl, ts, n_long, n_short),
+        "decode_corrected_ms_per_token": estimator_ms(rows, n_long, n_short, CORRECTED),
+        "server_decode_ms_per_token": differenced_ms(dl, ds, n_long, n_short),
+        # The long request's own decode span over its (n_long - 1) inter-token steps.
+        "server_itl_ms": (_med(dl) / (n_long - 1) * 1e3) if dl else None,
+        "client_overhead_ms_median": (_med(overhead) * 1e3) if overhead else None,
+    }

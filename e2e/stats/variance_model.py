@@ -1,0 +1,398 @@
+"""The between-server variance model: every server and depth of a run in one fit. Pure, no I/O.
+
+A cell is one server at one depth; y = log(its estimate). The model (README, "Between arms"):
+
+    y_i = mu[arm_i, depth_i] + u[server_i] + e_i
+    u ~ N(0, sigma2_server)            a server's offset, shared by every depth it serves
+    e_i ~ N(0, tau2 + v_i)             the cell's own excess (server x depth) plus its sampling noise
+
+* v_i, the cell's sampling variance, is the robust one of e2e.stats.cells (the MAD of each length's
+  values scaled to a median's variance), pooled over the cells of its arm and depth: servers of
+  one arm at one depth share a noise level per request (it grows with the depth: prefill jitter),
+  and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, depth) and
+  length, relative to each cell's own difference, weighted by those degrees of freedom.
+* sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
+  and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
+  component, tau2, carries both. statsmodels' MixedLM estimates a single residual scale and has no
+  per-observation known sampling variances, which this needs (v_i differ 100x between 1K and 32K);
+  the fit is ~60 lines of linear algebra below, checked against statsmodels where both apply
+  (tests/test_variance_model.py).
+* A contrast (arm vs reference at one depth, a difference of mu's) is estimated by GLS; its
+  variance c'(X'V^-1 X)^-1 c, and its degrees of freedom by Satterthwaite: the uncertainty of
+  sigma2_server and tau2 (from the REML information) and of every pooled noise level (from its
+  degrees of freedom) propagated to the contrast's variance. Few servers and a large server
+  variance give few degrees of freedom (2 + 2 servers: about 2); a server variance that the data
+  show to be small next to the cells' own noise gives many. The conformance suite
+  (e2e/stats/conformance.py) checks coverage and error rates by simulation.
+* The same computation serves planning (e2e/stats/planning.py): the variance and degrees of freedom of
+  a design not yet run, from a fit's components.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from e2e.stats.cells import CellStats, median_variance_factor
+
+MAX_DF = 1000.0  # beyond this a t quantile is the normal's
+SERVER_CELL, CELL_ONLY = "server + cell", "cell"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell as the model sees it: where it ran and its noise (no estimate: a design)."""
+
+    arm: str
+    depth: int
+    server: str
+    n_long: int  # values behind each median
+    n_short: int
+    run: str = ""  # history: the run the server belongs to (a random factor there)
+
+
+@dataclass
+class Design:
+    """Cells, their groups (arm, depth: the fixed effects) and random factors (the server; in a
+    history also the run). A factor whose levels each hold one cell is the cell's own excess
+    (tau2) by another name, and one with a single level is the mean's: both are left out."""
+
+    cells: list[Cell]
+    factors: tuple[str, ...] = ("server",)
+    extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
+
+    def __post_init__(self) -> None:
+        self.groups = sorted({(c.arm, c.depth) for c in self.cells}, key=lambda g: (g[1], g[0]))
+        self.servers = sorted({c.server for c in self.cells})
+        gi = {g: j for j, g in enumerate(self.groups)}
+        n = len(self.cells)
+        self.extra = np.zeros(n) if self.extra is None else np.asarray(self.extra, dtype=float)
+        self.X = np.zeros((n, len(self.groups)))
+        # k factors of a cell's two medians (variance of a median = k * per-value variance)
+        self.k_long = np.zeros((n, len(self.groups)))
+        self.k_short = np.zeros((n, len(self.groups)))
+        for i, c in enumerate(self.cells):
+            j = gi[(c.arm, c.depth)]
+            self.X[i, j] = 1.0
+            self.k_long[i, j] = median_variance_factor(c.n_long)[0]
+            self.k_short[i, j] = median_variance_factor(c.n_short)[0]
+        self.kept: list[str] = []  # the random factors with a component of their own
+        self.unestimable: list[str] = []  # factors no group holds two levels of (e.g. one run a side)
+        self.ZZs: list[np.ndarray] = []
+        for name in self.factors:
+            labels = [getattr(c, name) for c in self.cells]
+            levels = sorted(set(labels))
+            Z = np.array([[1.0 if lab == lev else 0.0 for lev in levels] for lab in labels]).reshape(n, len(levels))
+            ZZ = Z @ Z.T
+            if len(levels) < 2 or Z.sum(axis=0).max() <= 1 or any(np.array_equal(ZZ, m) for m in self.ZZs):
+                continue
+            per_group = {g: {lab for lab, c in zip(labels, self.cells) if (c.arm, c.depth) == g} for g in self.groups}
+            if max(len(v) for v in per_group.values()) < 2:
+                self.unestimable.append(name)
+                continue
+            self.kept.append(name)
+            self.ZZs.append(ZZ)
+        self.components = (
+            SERVER_CELL if self.kept == ["server"] else " + ".join(self.kept + ["cell"]) if self.kept else CELL_ONLY
+        )
+
+    def mats(self) -> list[np.ndarray]:
+        """dV / d(component) for each component, the cell's excess (identity) last."""
+        return self.ZZs + [np.eye(len(self.cells))]
+
+    def group(self, arm: str, depth: int) -> int | None:
+        try:
+            return self.groups.index((arm, depth))
+        except ValueError:
+            return None
+
+    def n_per_group(self) -> np.ndarray:
+        return self.X.sum(axis=0)
+
+    @property
+    def residual_df(self) -> int:
+        return len(self.cells) - len(self.groups)
+
+
+@dataclass
+class Noise:
+    """Pooled per-value relative variance per group and length (q, columns long, short) and the
+    degrees of freedom behind each (nu)."""
+
+    q: np.ndarray
+    nu: np.ndarray
+
+    def v(self, d: Design) -> np.ndarray:
+        """Each cell's sampling variance of log(estimate), and any known extra variance."""
+        return d.k_long @ self.q[:, 0] + d.k_short @ self.q[:, 1] + d.extra
+
+
+@dataclass
+class Estimate:
+    value: float  # on the log scale
+    se: float
+    df: float
+
+
+@dataclass
+class Fit:
+    design: Design
+    y: np.ndarray
+    noise: Noise
+    theta: tuple[float, ...]  # one variance per kept factor (design.kept), then tau2
+    beta: np.ndarray
+    converged: bool
+    warnings: list[str] = field(default_factory=list)
+    _inference: Inference | None = field(default=None, repr=False)
+
+    def component(self, name: str) -> float:
+        """A factor's variance (0 for one the design could not separate from the cell's excess)."""
+        return self.theta[self.design.kept.index(name)] if name in self.design.kept else 0.0
+
+    @property
+    def sigma2_server(self) -> float:
+        return self.component("server")
+
+    @property
+    def tau2(self) -> float:
+        return self.theta[-1]
+
+    def contrast(self, arm: str, ref: str, depth: int) -> Estimate | None:
+        """log(mu[arm, depth]) - log(mu[ref, depth]), or None when a group is missing."""
+        a, r = self.design.group(arm, depth), self.design.group(ref, depth)
+        if a is None or r is None:
+            return None
+        c = np.zeros(len(self.design.groups))
+        c[a], c[r] = 1.0, -1.0
+        return self._estimate(c)
+
+    def mean(self, arm: str, depth: int) -> Estimate | None:
+        g = self.design.group(arm, depth)
+        if g is None:
+            return None
+        c = np.zeros(len(self.design.groups))
+        c[g] = 1.0
+        return self._estimate(c)
+
+    def covariance(self, arm: str, ref: str, depth: int) -> np.ndarray | None:
+        """The 2 x 2 covariance of (mu[arm], mu[ref]) on the log scale (for ms differences)."""
+        a, r = self.design.group(arm, depth), self.design.group(ref, depth)
+        if a is None or r is None:
+            return None
+        return self.inference.C[np.ix_([a, r], [a, r])]
+
+    @property
+    def inference(self) -> Inference:
+        if self._inference is None:
+            self._inference = Inference(self.design, self.noise, self.theta)
+        return self._inference
+
+    def _estimate(self, c: np.ndarray) -> Estimate:
+        var, df = self.inference.contrast(c)
+        return Estimate(float(c @ self.beta), math.sqrt(var), df)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a report shows of the fit, and what planning reads back (e2e/stats/planning.py)."""
+        groups = []
+        for j, (arm, depth) in enumerate(self.design.groups):
+            groups.append(
+                {
+                    "arm": arm,
+                    "depth": depth,
+                    "n_cells": int(self.design.n_per_group()[j]),
+                    "rel_sd_long": math.sqrt(self.noise.q[j, 0]),
+                    "rel_sd_short": math.sqrt(self.noise.q[j, 1]),
+                    "df_long": float(self.noise.nu[j, 0]),
+                    "df_short": float(self.noise.nu[j, 1]),
+                }
+            )
+        return {
+            "components": self.design.components,
+            "sd_server": math.sqrt(self.sigma2_server),
+            "sd_cell_excess": math.sqrt(self.tau2),
+            **{f"sd_{n}": math.sqrt(self.component(n)) for n in self.design.kept if n != "server"},
+            "n_cells": len(self.design.cells),
+            "n_servers": len(self.design.servers),
+            "converged": self.converged,
+            "groups": groups,
+            "method": "REML, Satterthwaite degrees of freedom",
+            "warnings": list(self.warnings),
+        }
+
+
+# -- the pooled noise -------------------------------------------------------------------------------
+def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
+    """Per group and length: the df-weighted mean of the cells' per-value variance relative to the
+    cell's own difference of medians (so a server's offset, which scales both, drops out)."""
+    G = len(d.groups)
+    num, den = np.zeros((G, 2)), np.zeros((G, 2))
+    for c, cs in zip(d.cells, cells):
+        j = d.group(c.arm, c.depth)
+        diff_s = cs.estimate * (cs.n_long - cs.n_short) / 1e3
+        for col, (n, scale) in enumerate(
+            ((cs.noise.n_long, cs.noise.scale_long), (cs.noise.n_short, cs.noise.scale_short))
+        ):
+            if scale is None or n < 2:
+                continue
+            nu = median_variance_factor(n)[1]
+            num[j, col] += nu * (scale / diff_s) ** 2
+            den[j, col] += nu
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+    return Noise(q, den)
+
+
+# -- REML -------------------------------------------------------------------------------------------
+def _V(d: Design, v: np.ndarray, theta: Sequence[float]) -> np.ndarray:
+    V = np.diag(theta[-1] + v)
+    for t, M in zip(theta[:-1], d.ZZs):
+        V = V + t * M
+    return V
+
+
+def _P(d: Design, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(P, Vinv, log|V|, log|X'V^-1 X|) with P = V^-1 - V^-1 X (X'V^-1 X)^-1 X'V^-1. numpy's own
+    Cholesky (no input checks): the conformance suite calls this ~10^5 times."""
+    L = np.linalg.cholesky(V)
+    Li = np.linalg.inv(L)
+    Vi = Li.T @ Li
+    logdet = 2.0 * float(np.log(np.diagonal(L)).sum())
+    ViX = Vi @ d.X
+    XtViX = d.X.T @ ViX
+    logdet_x = 2.0 * float(np.log(np.diagonal(np.linalg.cholesky(XtViX))).sum())
+    P = Vi - ViX @ np.linalg.solve(XtViX, ViX.T)
+    return P, Vi, logdet, logdet_x
+
+
+def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[float, ...], bool]:
+    """REML estimates of every component (d.kept, then tau2), all >= 0: Fisher scoring with the
+    REML information, steps halved until the likelihood does not fall, components that would go
+    negative held at 0 (the boundary is common: a server variance the data cannot see)."""
+    resid = y - d.X @ np.linalg.lstsq(d.X, y, rcond=None)[0]
+    # scale of the search: the residual variance about the group means, or the noise itself
+    s0 = max(float(resid @ resid) / max(d.residual_df, 1), float(np.mean(v)), 1e-14)
+    mats = d.mats()
+    J = len(mats)
+
+    def state(t: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+        try:
+            P, _, ld, ldx = _P(d, _V(d, v, t))
+        except (np.linalg.LinAlgError, ValueError):
+            return None
+        Py = P @ y
+        PM = [P @ M for M in mats]
+        score = np.array([-0.5 * (float(np.trace(A)) - float(Py @ (M @ Py))) for A, M in zip(PM, mats)])
+        info = np.array([[0.5 * float(np.sum(A * B.T)) for B in PM] for A in PM])
+        return 0.5 * (ld + ldx + float(y @ Py)), score, info
+
+    def search(t: np.ndarray) -> tuple[np.ndarray, float, bool]:
+        st = state(t)
+        if st is None:
+            return t, math.inf, False
+        f, g, info = st
+        for _ in range(100):
+            step = np.linalg.pinv(info) @ g
+            free = ~((t <= 0) & (g < 0))  # at the bound and pushed out: stays there
+            step = np.where(free, step, 0.0)
+            lam, moved = 1.0, False
+            while lam > 1e-6:
+                t_new = np.maximum(t + lam * step, 0.0)
+                st_new = state(t_new)
+                if st_new is not None and st_new[0] <= f + 1e-12 * (1 + abs(f)):
+                    moved = True
+                    break
+                lam /= 2
+            if not moved:
+                return t, f, True  # no step helps: a (boundary) optimum
+            done = np.all(np.abs(t_new - t) <= 1e-6 * s0) or abs(st_new[0] - f) <= 1e-10 * (1 + abs(f))
+            t, (f, g, info) = t_new, st_new
+            if done:
+                return t, f, True
+        return t, f, False
+
+    starts = [np.full(J, s0 / J), np.eye(J)[-1] * s0]
+    results = [search(t0) for t0 in starts]
+    t, f, ok = min(results, key=lambda r: r[1])
+    return tuple(float(x) for x in t), ok
+
+
+class Inference:
+    """The algebra at one point (design, noise, components): the fixed effects' covariance and,
+    for any contrast, its variance and Satterthwaite degrees of freedom. Built once per fit (or
+    planned design) and asked about every contrast."""
+
+    def __init__(self, d: Design, noise: Noise, theta: Sequence[float]):
+        self.d, self.noise, self.theta = d, noise, tuple(theta)
+        P, Vi, _, _ = _P(d, _V(d, noise.v(d), theta))
+        self.ViX = Vi @ d.X
+        self.C = np.linalg.inv(d.X.T @ self.ViX)
+        self.mats = d.mats()
+        PM = [P @ M for M in self.mats]
+        info = np.array([[0.5 * float(np.sum(A * B.T)) for B in PM] for A in PM])
+        self.cov_theta = np.linalg.pinv(info)  # the REML components' covariance
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # var(q_hat) = 2 q^2 / nu for every pooled noise level (group x length)
+            self.var_q = np.where(noise.nu > 0, 2 * noise.q**2 / np.where(noise.nu > 0, noise.nu, 1), 0.0)
+
+    def contrast(self, c: np.ndarray) -> tuple[float, float]:
+        """(variance, degrees of freedom) of c'beta_hat."""
+        Cc = self.C @ c
+        var = float(c @ Cc)
+        w = self.ViX @ Cc  # d var / d theta_j = w' V_j w
+        g = np.array([float(w @ M @ w) for M in self.mats])
+        spread = float(g @ self.cov_theta @ g)
+        w2 = w**2
+        spread += float(np.sum(((w2 @ self.d.k_long) ** 2) * self.var_q[:, 0]))
+        spread += float(np.sum(((w2 @ self.d.k_short) ** 2) * self.var_q[:, 1]))
+        df = MAX_DF if spread <= 0 else min(MAX_DF, max(1.0, 2 * var * var / spread))
+        return var, df
+
+
+def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.ndarray) -> tuple[float, float]:
+    """(variance, Satterthwaite degrees of freedom) of c'beta_hat in design d at the components
+    theta (one per d.kept, then tau2) and pooled noise `noise` (whose nu says how well each noise
+    level is known): the uncertainty of the components (inverse REML information) and of the
+    noise levels propagated to the contrast's variance."""
+    return Inference(d, noise, theta).contrast(c)
+
+
+# -- the fit ----------------------------------------------------------------------------------------
+def fit(
+    cells: Sequence[tuple[str, int, str, CellStats]],
+    factors: tuple[str, ...] = ("server",),
+    runs: Sequence[str] | None = None,
+    extra: dict[str, float] | None = None,
+) -> Fit | None:
+    """(arm, depth, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
+    run of each, for a history's run factor; extra: server -> a known extra variance of each of its
+    cells' log estimates). None when nothing is left to estimate a variance from (each arm and
+    depth on one server at most)."""
+    runs = list(runs) if runs is not None else [""] * len(cells)
+    keep = [
+        (a, dp, s, cs, r)
+        for (a, dp, s, cs), r in zip(cells, runs)
+        if cs.estimate is not None and cs.estimate > 0 and cs.noise is not None
+    ]
+    if not keep:
+        return None
+    d = Design(
+        [Cell(a, dp, s, cs.noise.n_long, cs.noise.n_short, r) for a, dp, s, cs, r in keep],
+        factors,
+        np.array([(extra or {}).get(s, 0.0) for _, _, s, _, _ in keep]),
+    )
+    if d.residual_df < 1:
+        return None
+    stats_ = [k[3] for k in keep]
+    y = np.log([cs.estimate for cs in stats_])
+    noise = pool_noise(d, stats_)
+    theta, ok = _fit_components(d, y, noise.v(d))
+    inf = Inference(d, noise, theta)
+    beta = inf.C @ (inf.ViX.T @ y)
+    out = Fit(d, y, noise, theta, beta, ok, _inference=inf)
+    if not ok:
+        out.warnings.append("variance model: the REML search did not report convergence; estimates are its best point")
+    return out
