@@ -38,11 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
-from e2e.gpu.gpu_probe import REASONS, THROTTLE, GpuProbe, foreign
-from e2e.gpu.gpu_probe import reason_names as reason_names  # scripts/gpu/nvml_check.py reads it here
-from e2e.rundir.gpu_rows import VOIDED, cell_summary, describe, samples_file  # noqa: F401 (read by the runner and tests here)
+from e2e.gpu.gpu_probe import REASONS, THROTTLE, foreign
+from e2e.gpu.gpu_probe import GpuProbe as GpuProbe
+from e2e.gpu.gpu_probe import reason_names as reason_names
+from e2e.rundir.gpu_rows import VOIDED as VOIDED
+from e2e.rundir.gpu_rows import cell_summary as cell_summary
+from e2e.rundir.gpu_rows import describe as describe
+from e2e.rundir.gpu_rows import samples_file as samples_file
 from e2e.safety.safe_io import write_atomic
 from e2e.serve.server import ServerGone
+
+# The "x as x" imports are re-exports: the runner, scripts/gpu/nvml_check.py and the tests read them here.
 
 POLICIES = ("retry", "warn", "fail")
 PRESTART_WAIT_S = 120.0  # retry: how long a GPU held before a start may take to clear
