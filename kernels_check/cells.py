@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 from e2e.errors import UserError
 
@@ -32,7 +33,7 @@ class Shape:
     def name(self) -> str:
         return f"{self.q_heads}/{self.kv_heads}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": self.ratio, "name": self.name}
 
 
@@ -87,9 +88,21 @@ class Cell:
 
 def sweep_cells(shapes: list[Shape], contexts: list[int], dtypes: list[str], seed: int) -> list[Cell]:
     """dtype-major, then shape, then context; each cell gets its own seed (seed + index)."""
-    cells = []
+    cells: list[Cell] = []
     for d in dtypes:
         for s in shapes:
             for c in contexts:
                 cells.append(Cell(len(cells), d, s, c, seed + len(cells)))
     return cells
+
+
+class Plan(TypedDict):
+    """A sweep's validated parameters (kernels_check/cli.py's resolve)."""
+
+    shapes: list[Shape]
+    contexts: list[int]
+    dtypes: list[str]
+    fault_dtypes: list[str]
+    fault_shapes: list[Shape]
+    fault_lengths: list[int]
+    reps: int

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def resolve(a: argparse.Namespace) -> dict:
+def resolve(a: argparse.Namespace) -> C.Plan:
     """Validated sweep parameters from the arguments (pure; raises UserError)."""
     shapes = C.parse_shapes(a.shapes or (C.QUICK_SHAPES if a.quick else C.DEFAULT_SHAPES))
     contexts = (

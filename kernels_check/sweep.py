@@ -9,12 +9,13 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from e2e.report.tables import num
+from e2e.rundir.store import RunStore
 from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
@@ -42,19 +43,19 @@ class Ctx:
     counter: paths.OpCounter
     settings: Settings
     device: torch.device
-    store: Any  # e2e.rundir.store.RunStore
+    store: RunStore
     paths: list[str]  # the paths run in every cell, e.g. ["triton", "fa3"]
     flush: torch.Tensor | None = None
     log: Any = field(default=sys.stderr)
 
-    def emit(self, row: dict) -> None:
+    def emit(self, row: dict[str, Any]) -> None:
         self.store.append(ROWS, row)
 
     def say(self, msg: str) -> None:
         print(msg, file=self.log, flush=True)
 
 
-def _err(exc: BaseException) -> dict:
+def _err(exc: BaseException) -> dict[str, Any]:
     tb = traceback.format_exc().strip().splitlines()
     return {
         "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500],
@@ -63,7 +64,9 @@ def _err(exc: BaseException) -> dict:
 
 
 # -- inputs --------------------------------------------------------------------------------------
-def make_dense(shape: Shape, dtype: str, seq_lens: list[int], seed: int, device: torch.device):
+def make_dense(
+    shape: Shape, dtype: str, seq_lens: list[int], seed: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fresh N(0, 1) q, k, v in the cell's dtype (never zeros); k, v dense [seqs, max_len, kv, head]."""
     g = torch.Generator(device=device)
     g.manual_seed(seed)
@@ -77,9 +80,9 @@ def make_dense(shape: Shape, dtype: str, seq_lens: list[int], seed: int, device:
 
 def build_inputs(
     shape: Shape,
-    q,
-    k,
-    v,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     seq_lens: list[int],
     block_table_cpu: torch.Tensor,
     num_blocks: int,
@@ -95,7 +98,6 @@ def build_inputs(
         fk, fv = page_fa(k, v, seq_lens, block_table_cpu, num_blocks, b, fill_k, fill_v)
     idx = torch.arange(len(seq_lens), device=device)
     last = torch.tensor([n - 1 for n in seq_lens], device=device)
-    i32 = dict(dtype=torch.int32, device=device)
     return paths.DecodeInputs(
         query=q,
         key=k[idx, last].contiguous(),
@@ -103,8 +105,8 @@ def build_inputs(
         key_cache=kc,
         value_cache=vc,
         block_table=block_table_cpu.to(device),
-        seq_lens=torch.tensor(seq_lens, **i32),
-        query_start_loc=torch.arange(len(seq_lens) + 1, **i32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        query_start_loc=torch.arange(len(seq_lens) + 1, dtype=torch.int32, device=device),
         max_seq_len=max(seq_lens),
         scale=shape.head_size**-0.5,
         k_scale=torch.ones((), dtype=torch.float32, device=device),
@@ -117,7 +119,7 @@ def build_inputs(
 # -- one path on one set of inputs ---------------------------------------------------------------
 def run_path(
     ctx: Ctx, path: str, x: paths.DecodeInputs, ref: torch.Tensor, shape: Shape, dtype: str, time_it: bool
-) -> dict:
+) -> dict[str, Any]:
     """Launch once (output poisoned first), score, check routing; then time if asked."""
     row: dict[str, Any] = {"path": path}
     out = torch.empty_like(x.query)
@@ -139,6 +141,8 @@ def run_path(
     row["routed_as_expected"] = counts == expected
     row["score"] = scoring.score(out, ref).to_dict()
     if time_it:
+        if ctx.flush is None:
+            raise RuntimeError("no L2 flush buffer: timed launches run before the fault sweep frees it")
         row["time_cold"] = timing.summarize(timing.time_cold(launch, ctx.settings.reps, ctx.flush))
         try:
             row["time_graph"] = timing.summarize(
@@ -246,13 +250,44 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
 
 
 # -- the fault sweep -----------------------------------------------------------------------------
+@dataclass
+class FaultGroup:
+    """One (dtype, shape, length) of the fault sweep: dense inputs, their reference, one block table."""
+
+    dtype: str
+    shape: Shape
+    length: int
+    base: dict[str, Any]  # what every row of the group carries
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    ref: torch.Tensor
+    seq_lens: list[int]
+    block_table: torch.Tensor
+    num_blocks: int
+
+    def inputs(self, ctx: Ctx, fill_k: float, fill_v: float) -> paths.DecodeInputs:
+        """Fresh caches over the same tokens, every unwritten slot holding fill_k / fill_v."""
+        return build_inputs(
+            self.shape,
+            self.q,
+            self.k,
+            self.v,
+            self.seq_lens,
+            self.block_table,
+            self.num_blocks,
+            fill_k,
+            fill_v,
+            "fa3" in ctx.paths,
+            ctx.device,
+        )
 
 
-def _fault_row(ctx: Any, p: str, x: Any, ref: Any, shape: Any, dtype: Any, row: dict) -> str:
+def _fault_row(ctx: Ctx, p: str, x: paths.DecodeInputs, g: FaultGroup, row: dict[str, Any]) -> str:
     """Run one path over a faulted cache, score it, emit the row; one letter for the log line:
     F = the output was poisoned, . = clean, x = the launch failed."""
     try:
-        r = run_path(ctx, p, x, ref, shape, dtype, time_it=False)
+        r = run_path(ctx, p, x, g.ref, g.shape, g.dtype, time_it=False)
         row.update(r, status="ok", faulted=r["score"]["status"] != "ok")
     except Exception as exc:
         row.update(path=p, status="failed", stage="launch", **_err(exc))
@@ -260,12 +295,60 @@ def _fault_row(ctx: Any, p: str, x: Any, ref: Any, shape: Any, dtype: Any, row: 
     return "F" if row.get("faulted") else ("." if row["status"] == "ok" else "x")
 
 
+def _setup_failed(ctx: Ctx, base: dict[str, Any], exc: BaseException, **what: Any) -> None:
+    ctx.emit({**base, **what, "status": "failed", "stage": "setup", **_err(exc)})
+
+
+def _tail_faults(ctx: Ctx, g: FaultGroup) -> list[str]:
+    """Every (value, mode) fault in the unwritten tail of the final block, on every path."""
+    seen = []
+    for value in faults.VALUES:
+        for mode in faults.MODES:
+            if mode == "none" and value != "nan":
+                continue  # the clean baseline once per group
+            try:
+                x = g.inputs(ctx, *faults.fills(mode, value))
+            except Exception as exc:
+                _setup_failed(ctx, g.base, exc, kind="fault", mode=mode, value=value)
+                continue
+            for p in ctx.paths:
+                row = {**g.base, "kind": "fault", "mode": mode, "value": value if mode != "none" else None}
+                seen.append(f"{p}:{mode}/{value}={_fault_row(ctx, p, x, g, row)}")
+    return seen
+
+
+def _fault_controls(ctx: Ctx, g: FaultGroup) -> list[str]:
+    """A fault the kernel must read (the last written token of sequence 0): every one flagged."""
+    seen = []
+    token = g.length - 1
+    for which, value in faults.CONTROLS:
+        try:
+            x = g.inputs(ctx, 0.0, 0.0)
+            vec = faults.control_vector(which, value, g.q[0, 0])
+            faults.inject_written("rocm", x.key_cache, x.value_cache, g.block_table, 0, token, 0, which, vec)
+            if x.fa_key_cache is not None and x.fa_value_cache is not None:
+                faults.inject_written("fa", x.fa_key_cache, x.fa_value_cache, g.block_table, 0, token, 0, which, vec)
+        except Exception as exc:
+            _setup_failed(ctx, g.base, exc, kind="fault_control", which=which, value=value)
+            continue
+        for p in ctx.paths:
+            row = {
+                **g.base,
+                "kind": "fault_control",
+                "which": which,
+                "value": value,
+                "slot": {"seq": 0, "token": token, "kv_head": 0},
+            }
+            seen.append(f"{p}:ctl-{which}/{value}={_fault_row(ctx, p, x, g, row)}")
+    return seen
+
+
 def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) -> None:
     """One (dtype, shape, length): fresh inputs; every (value, mode) tail fault on every path; then
     the written-slot controls that show the instrument can see a fault."""
     s = ctx.settings
     gid = f"{dtype}-q{shape.q_heads}kv{shape.kv_heads}-L{length}"
-    base = {
+    base: dict[str, Any] = {
         "dtype": dtype,
         "shape": shape.to_dict(),
         "length": length,
@@ -273,7 +356,6 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
         "batch": s.fault_batch,
         "seed": seed,
     }
-    fault_paths = [p for p in ctx.paths]
     try:
         seq_lens = [length] * s.fault_batch
         q, k, v = make_dense(shape, dtype, seq_lens, seed, ctx.device)
@@ -286,66 +368,13 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
             poisoned_outside_table=book.poisoned_outside_table,
         )
     except Exception as exc:
-        ctx.emit({**base, "kind": "fault", "status": "failed", "stage": "setup", **_err(exc)})
+        _setup_failed(ctx, base, exc, kind="fault")
         return
-    seen = []
-    for value in faults.VALUES:
-        for mode in faults.MODES:
-            if mode == "none" and value != "nan":
-                continue  # the clean baseline once per group
-            fk, fv = faults.fills(mode, value)
-            try:
-                x = build_inputs(shape, q, k, v, seq_lens, bt, nb, fk, fv, "fa3" in fault_paths, ctx.device)
-            except Exception as exc:
-                ctx.emit(
-                    {
-                        **base,
-                        "kind": "fault",
-                        "mode": mode,
-                        "value": value,
-                        "status": "failed",
-                        "stage": "setup",
-                        **_err(exc),
-                    }
-                )
-                continue
-            for p in fault_paths:
-                row = {**base, "kind": "fault", "mode": mode, "value": value if mode != "none" else None}
-                seen.append(f"{p}:{mode}/{value}={_fault_row(ctx, p, x, ref, shape, dtype, row)}")
-    # Controls: a fault the kernel must read. Expected: every one flagged.
-    for which, value in faults.CONTROLS:
-        try:
-            x = build_inputs(shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, "fa3" in fault_paths, ctx.device)
-            vec = faults.control_vector(which, value, q[0, 0])
-            token = length - 1
-            faults.inject_written("rocm", x.key_cache, x.value_cache, bt, 0, token, 0, which, vec)
-            if x.fa_key_cache is not None:
-                faults.inject_written("fa", x.fa_key_cache, x.fa_value_cache, bt, 0, token, 0, which, vec)
-        except Exception as exc:
-            ctx.emit(
-                {
-                    **base,
-                    "kind": "fault_control",
-                    "which": which,
-                    "value": value,
-                    "status": "failed",
-                    "stage": "setup",
-                    **_err(exc),
-                }
-            )
-            continue
-        for p in fault_paths:
-            row = {
-                **base,
-                "kind": "fault_control",
-                "which": which,
-                "value": value,
-                "slot": {"seq": 0, "token": length - 1, "kv_head": 0},
-            }
-            seen.append(f"{p}:ctl-{which}/{value}={_fault_row(ctx, p, x, ref, shape, dtype, row)}")
+    g = FaultGroup(dtype, shape, length, base, q, k, v, ref, seq_lens, bt, nb)
+    seen = _tail_faults(ctx, g) + _fault_controls(ctx, g)
     ctx.say(f"faults {gid}: " + " ".join(seen))
     torch.cuda.empty_cache()
 
 
-def settings_dict(s: Settings) -> dict:
-    return {k: getattr(s, k) for k in s.__dataclass_fields__}
+def settings_dict(s: Settings) -> dict[str, Any]:
+    return asdict(s)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 
-def summarize(ms: list[float]) -> dict:
+def summarize(ms: list[float]) -> dict[str, Any]:
     """median, p10, p90 and n of a list of milliseconds (empty -> n 0)."""
     if not ms:
         return {"n": 0}
@@ -30,11 +31,15 @@ def summarize(ms: list[float]) -> dict:
     return {"median_ms": statistics.median(xs), "p10_ms": q(0.1), "p90_ms": q(0.9), "n": len(xs)}
 
 
+def _event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves Event() unannotated
+
+
 def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor, warmup: int = 3) -> list[float]:
     for _ in range(warmup):
         launch()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    starts = [_event() for _ in range(reps)]
+    ends = [_event() for _ in range(reps)]
     for i in range(reps):
         flush.zero_()
         starts[i].record()
@@ -46,7 +51,7 @@ def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor, warm
 
 def time_graph(launch: Callable[[], object], inner: int, reps: int, warmup: int = 3) -> list[float]:
     """Capture `inner` launches in one graph; per-launch ms of each of `reps` replays."""
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(warmup):  # warm-up on a side stream, as torch.cuda.graphs recommends
@@ -59,8 +64,8 @@ def time_graph(launch: Callable[[], object], inner: int, reps: int, warmup: int 
             launch()
     graph.replay()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    starts = [_event() for _ in range(reps)]
+    ends = [_event() for _ in range(reps)]
     for i in range(reps):
         starts[i].record()
         graph.replay()

@@ -1,4 +1,4 @@
-"""GPU state per cell and the --gpu-exclusive policies (e2e/gpu/gpu_state.py), through the real harness.
+"""GPU state per cell and the --gpu-exclusive policies (e2e/gpu/gpu_state.py; the readings gpu_probe.py), through the real harness.
 
 The GPU is a FAKE NVML (tests/support/fake_nvml.py) scripting processes, clocks and throttle reasons over the
 sample schedule: a foreign process on a cell's GPU or a throttled GPU cannot be produced on this
@@ -19,7 +19,7 @@ import pytest
 
 from e2e.cli import main
 from e2e.errors import UserError
-from e2e.gpu import gpu_state
+from e2e.gpu import gpu_probe, gpu_state
 from e2e.report import report_gpu
 from e2e.rundir.store import counted_requests, read_jsonl
 from tests.support import executable, fake_nvml
@@ -42,7 +42,7 @@ def no_report(monkeypatch):
 
 @pytest.fixture
 def nvml(monkeypatch):
-    monkeypatch.setattr(gpu_state, "nvml_module", lambda: fake_nvml)
+    monkeypatch.setattr(gpu_probe, "nvml_module", lambda: fake_nvml)
     monkeypatch.setattr(gpu_state, "POLL_S", 0.01)
     yield fake_nvml
     fake_nvml.configure(None)
@@ -324,19 +324,19 @@ def test_without_pynvml_or_with_an_empty_device_list_the_reason_says_so(monkeypa
     def missing():
         raise ImportError("No module named 'pynvml'")
 
-    monkeypatch.setattr(gpu_state, "nvml_module", missing)
+    monkeypatch.setattr(gpu_probe, "nvml_module", missing)
     monkeypatch.setenv("PATH", "/nonexistent")
-    s = gpu_state.GpuProbe.open({}, 1).sample("pre-start")
+    s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
     assert s["available"] is False and s["reason"] == "nvidia-ml-py (pynvml) is not installed; no nvidia-smi"
-    s = gpu_state.GpuProbe.open({"CUDA_VISIBLE_DEVICES": ""}, 1).sample("pre-start")
+    s = gpu_probe.GpuProbe.open({"CUDA_VISIBLE_DEVICES": ""}, 1).sample("pre-start")
     assert s["reason"] == "CUDA_VISIBLE_DEVICES='': the server sees no GPU"
 
 
 def test_gpus_follow_cuda_visible_devices_as_vllm_does():
-    assert gpu_state.server_gpus({}, 2) == (["0", "1"], None)
-    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "3,1,2"}, 2) == (["3", "1"], None)
-    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "GPU-ab,-1,2"}, 2) == (["GPU-ab"], None)
-    assert gpu_state.server_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, 1)[0] == []
+    assert gpu_probe.server_gpus({}, 2) == (["0", "1"], None)
+    assert gpu_probe.server_gpus({"CUDA_VISIBLE_DEVICES": "3,1,2"}, 2) == (["3", "1"], None)
+    assert gpu_probe.server_gpus({"CUDA_VISIBLE_DEVICES": "GPU-ab,-1,2"}, 2) == (["GPU-ab"], None)
+    assert gpu_probe.server_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, 1)[0] == []
 
 
 SMI = """#!/bin/sh
@@ -361,14 +361,14 @@ def test_nvidia_smi_is_the_fallback_when_pynvml_is_missing(tmp_path, monkeypatch
     def missing():
         raise ImportError("no pynvml")
 
-    monkeypatch.setattr(gpu_state, "nvml_module", missing)
-    s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
+    monkeypatch.setattr(gpu_probe, "nvml_module", missing)
+    s = gpu_probe.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
     assert s["available"] and s["source"] == "nvidia-smi"
     [g] = s["gpus"]
     assert (g["index"], g["uuid"], g["name"]) == (0, "GPU-aa", "NVIDIA H200")
     assert g["sm_mhz"] == (1905 if old_driver else 1980) and g["power_w"] == (None if old_driver else 495.5)
-    assert gpu_state.reason_names(g["reasons"]) == ([] if old_driver else ["sw_power_cap"])
-    assert gpu_state.foreign(s) == [{"gpu": 0, "pid": stranger, "name": "sleep", "used_mib": 2048.0, "visible": True}]
+    assert gpu_probe.reason_names(g["reasons"]) == ([] if old_driver else ["sw_power_cap"])
+    assert gpu_probe.foreign(s) == [{"gpu": 0, "pid": stranger, "name": "sleep", "used_mib": 2048.0, "visible": True}]
 
 
 def test_a_gpu_whose_processes_cannot_be_listed_is_said_to_be_unchecked(tmp_path, standin, capsys, nvml):
@@ -388,8 +388,8 @@ def test_a_gpu_whose_processes_cannot_be_listed_is_said_to_be_unchecked(tmp_path
 
 def test_a_pid_this_host_cannot_see_is_foreign_and_says_why(nvml):
     fake_nvml.configure({"events": [{"foreign": [{"pid": 2**22 + 12345}]}]})
-    s = gpu_state.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
-    [p] = gpu_state.foreign(s)
+    s = gpu_probe.GpuProbe.open({}, 1).sample("ready", leader=os.getpid())
+    [p] = gpu_probe.foreign(s)
     assert p["visible"] is False and "not visible here" in gpu_state.describe([p])
 
 
@@ -398,8 +398,8 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"gpus": 2, "events": [{"gpu": 1, "foreign": [{"pid": 1}]}]}))
     code = (
-        "from e2e.gpu import gpu_state; s = gpu_state.GpuProbe.open({}, 2).sample('pre-start'); "
-        "print(s['source'], [p['pid'] for p in gpu_state.foreign(s)])"
+        "from e2e.gpu import gpu_probe; s = gpu_probe.GpuProbe.open({}, 2).sample('pre-start'); "
+        "print(s['source'], [p['pid'] for p in gpu_probe.foreign(s)])"
     )
     env = {
         **os.environ,

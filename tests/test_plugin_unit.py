@@ -26,7 +26,7 @@ import torch
 
 from e2e.design.config import ArmCfg, parse_config
 from e2e.errors import UserError
-from e2e.plugin import hooks, patches, recorder
+from e2e.plugin import hooks, instrument, patches, recorder
 from e2e.rundir import routing as folding
 from e2e.serve import launch
 from tests.support import vllm_excerpts
@@ -225,10 +225,10 @@ def test_recorder_counts_per_layer_class_and_writes_atomically(tmp_path, monkeyp
     rec = recorder.Recorder(tmp_path / "records", "widened", mode="per-step")
     rec._cache_config = types.SimpleNamespace(block_size=16)
     monkeypatch.setattr(_FakeImpl, "forward", _FakeImpl.__dict__["forward"])
-    rec._hook_impl_class(_FakeImpl)
+    instrument.hook_impl_class(rec, _FakeImpl)
     kern = _FakeKernel()
     mod = types.SimpleNamespace(__name__="fake_dispatch", kernel_paged_attention_2d=kern)
-    rec._hook_triton_2d(mod)
+    instrument.hook_triton_2d(rec, mod)
     impl, cache = _FakeImpl(), torch.zeros(2, 4, 16, 16, 128)
     glob, slide = _layer("model.layers.5.attn"), _layer("model.layers.0.attn", sw=1024)
     q = torch.zeros(1, 32, 128, dtype=torch.bfloat16)

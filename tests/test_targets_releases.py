@@ -122,7 +122,7 @@ IMPLS = {
 
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
 def test_attention_forward_is_called_the_way_the_recorder_reads_it(rel):
-    # recorder._hook_impl_class wraps forward(self, layer, query, key, value, kv_cache, *args) and
+    # instrument.hook_impl_class wraps forward(self, layer, query, key, value, kv_cache, *args) and
     # takes the metadata from args[0]: the impls must take it there and the layer pass it there.
     for mod, cls in IMPLS.items():
         src = rel.get(f"vllm/v1/attention/backends/{mod}.py", f"{cls}.forward")

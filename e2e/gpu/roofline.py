@@ -203,7 +203,8 @@ def load_model_config(model_path: str, search: tuple[Path, ...] = ()) -> dict[st
         f = c / "config.json"
         if f.is_file():
             try:
-                return json.loads(f.read_text())
+                cfg: dict[str, Any] = json.loads(f.read_text())
+                return cfg
             except (OSError, json.JSONDecodeError) as exc:
                 raise Unavailable(f"{f}: unreadable ({exc})") from None
     raise Unavailable(f"model folder {model_path!r} not found here (no config.json)")

@@ -18,8 +18,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
-_state: dict = {}
+if TYPE_CHECKING:
+    from e2e.plugin.recorder import Recorder
+
+_state: dict[str, Any] = {}
 
 
 def _plugin_dist() -> str | None:
@@ -43,7 +47,7 @@ def register() -> None:
     if os.environ.get(pc.ENV_ON) != "1" or _state.get("registered"):
         return
     _state["registered"] = True
-    from e2e.plugin import patches, recorder
+    from e2e.plugin import instrument, patches, recorder
 
     mode = os.environ.get(pc.ENV_ROUTING_MODE, pc.DEFAULT_ROUTING_MODE) or pc.DEFAULT_ROUTING_MODE
     record_dir = os.environ.get(pc.ENV_RECORD_DIR) or None
@@ -69,7 +73,7 @@ def register() -> None:
     if mode not in pc.ROUTING_MODES:
         _fail(rec, f"{pc.ENV_ROUTING_MODE}={mode!r}: use one of {', '.join(pc.ROUTING_MODES)}")
     if mode != "off":
-        rec.install()
+        instrument.install(rec)
     try:
         for name in requested:
             patches.apply_patches([name])
@@ -81,7 +85,7 @@ def register() -> None:
     rec.start_flushing()
 
 
-def _fail(rec, message: str, cause: BaseException | None = None) -> None:
+def _fail(rec: Recorder, message: str, cause: BaseException | None = None) -> NoReturn:
     role = f"{rec.role} pid {rec.pid}"
     msg = f"e2e plugin: {message} [{role}, arm {rec.arm!r}]"
     rec.extra["error"] = msg
@@ -92,6 +96,7 @@ def _fail(rec, message: str, cause: BaseException | None = None) -> None:
     raise RuntimeError(msg) from cause
 
 
-def current_recorder():
+def current_recorder() -> Recorder | None:
     """This process's recorder, or None when the plugin is off (for tests and kernels_check)."""
-    return _state.get("recorder")
+    rec: Recorder | None = _state.get("recorder")
+    return rec

@@ -10,11 +10,12 @@ imported already. A hook that raises makes that import fail: a broken patch is n
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
 Hook = Callable[[ModuleType], None]
 
@@ -66,7 +67,7 @@ def _install_finder() -> None:
 class _HookFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: asks the finders after it, then wraps the loader of hooked modules."""
 
-    def find_spec(self, name, path, target=None):  # noqa: D102 (importlib protocol)
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
         if name not in _hooks:
             return None
         for finder in sys.meta_path:
@@ -83,16 +84,16 @@ class _HookFinder(importlib.abc.MetaPathFinder):
 class _HookLoader(importlib.abc.Loader):
     """Delegates everything to the real loader; runs the hooks after the module body."""
 
-    def __init__(self, inner, name: str):
+    def __init__(self, inner: importlib.abc.Loader, name: str):
         self._inner = inner
         self._name = name
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._inner.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
         _run_hooks(self._name, module)
 
-    def __getattr__(self, item):  # get_source, get_code, is_package, ...: the real loader's
+    def __getattr__(self, item: str) -> Any:  # get_source, get_code, is_package, ...: the real loader's
         return getattr(self._inner, item)

@@ -3,19 +3,26 @@ size, window, dtypes), and the stand-in that counts launches of a Triton kernel.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class Counts(Protocol):
+    """Where a counted call goes (the recorder)."""
+
+    def count(self, path: str, args: str = "") -> None: ...
 
 
 def _dtype(x: Any) -> str | None:
     return None if x is None else str(x).removeprefix("torch.")
 
 
-def custom_op_args(args: tuple, kwargs: dict) -> str:
+def custom_op_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     # paged_attention_rocm(out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache,
     #                      num_kv_heads, scale, block_tables, seq_lens, query_start_loc, block_size,
     #                      max_seq_len, alibi_slopes, kv_cache_dtype, ...)  (0.23.0 to 0.32.0 alike)
     try:
-        q = args[4] if len(args) > 4 else kwargs.get("query")
+        q: Any = args[4] if len(args) > 4 else kwargs.get("query")  # None: no shape, "?" below
         kvh = args[7] if len(args) > 7 else kwargs.get("num_kv_heads")
         bs = kwargs.get("block_size", args[12] if len(args) > 12 else None)
         kvd = kwargs.get("kv_cache_dtype", args[15] if len(args) > 15 else None)
@@ -27,16 +34,16 @@ def custom_op_args(args: tuple, kwargs: dict) -> str:
 class CountedKernel:
     """Stands in for a Triton JITFunction: `kernel[grid](...)` counts, then launches the real one."""
 
-    def __init__(self, kernel: Any, rec: Any, path: str) -> None:
+    def __init__(self, kernel: Any, rec: Counts, path: str) -> None:
         self._kernel = kernel
         self._rec = rec
         self._path = path
 
-    def __getitem__(self, grid: Any):
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
         launch = self._kernel[grid]
         rec, path = self._rec, self._path
 
-        def counted(*args, **kwargs):
+        def counted(*args: Any, **kwargs: Any) -> Any:
             rec.count(path, triton_args(kwargs))
             return launch(*args, **kwargs)
 
@@ -46,7 +53,7 @@ class CountedKernel:
         return getattr(self._kernel, item)
 
 
-def triton_args(kw: dict) -> str:
+def triton_args(kw: dict[str, Any]) -> str:
     try:
         q = kw["query_ptr"]
         kv = kw.get("key_cache_ptr")

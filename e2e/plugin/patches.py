@@ -25,7 +25,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from e2e.plugin import hooks
 from e2e.plugin.contract import GATE_OFF, GATE_ON, USER_PATCH_FORM, WIDENED_GATE
@@ -33,6 +33,16 @@ from e2e.plugin.contract import GATE_OFF, GATE_ON, USER_PATCH_FORM, WIDENED_GATE
 GATE_MODULE = "vllm.platforms.rocm"
 GATE_FUNC = "use_rocm_custom_paged_attention"
 GATE_TARGET = f"{GATE_MODULE}.{GATE_FUNC}"
+
+
+class CachedGate(Protocol):
+    """vLLM's gate and every replacement: a function cached with functools.cache."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool: ...
+
+    def cache_info(self) -> Any: ...
+
+    def cache_clear(self) -> None: ...
 
 
 class PatchError(RuntimeError):
@@ -53,10 +63,10 @@ class _Gate:
     """State of the gate in this process (one per process; the plugin and kernels_check share it)."""
 
     def __init__(self) -> None:
-        self.original: Callable[..., bool] | None = None  # vLLM's cached function, once imported
-        self.impl: Callable[..., bool] | None = None  # None: the original
+        self.original: CachedGate | None = None  # vLLM's cached function, once imported
+        self.impl: CachedGate | None = None  # None: the original
         self.impl_name: str | None = None  # which patch set impl
-        self.observer: Callable[[tuple, dict, bool], None] | None = None  # the routing recorder
+        self.observer: Callable[[tuple[Any, ...], dict[str, Any], bool], None] | None = None  # the routing recorder
         self.installed = False  # entry placed in the module
         self.widened_code: Any = None  # compiled widened function (code object)
         self.widened_detail: dict[str, Any] = {}
@@ -65,9 +75,16 @@ class _Gate:
 GATE = _Gate()
 
 
-def _gate_entry(*args: Any, **kwargs: Any) -> bool:
+def _answering() -> CachedGate:
+    """The function that answers for the gate now: a patch's, else vLLM's."""
     impl = GATE.impl or GATE.original
-    answer = impl(*args, **kwargs)
+    if impl is None:  # the entry is installed only once vLLM's function is known
+        raise PatchError(f"{GATE_TARGET} was called before vLLM's function was read")
+    return impl
+
+
+def _gate_entry(*args: Any, **kwargs: Any) -> bool:
+    answer = _answering()(*args, **kwargs)
     obs = GATE.observer
     if obs is not None:
         obs(args, kwargs, answer)
@@ -84,9 +101,10 @@ def _install_gate(mod: Any) -> None:
     GATE.original = original
     if GATE.widened_code is not None and GATE.impl_name == WIDENED_GATE:
         GATE.impl = _materialise_widened(mod)
-    _gate_entry.original = original  # type: ignore[attr-defined]
-    _gate_entry.cache_info = lambda: (GATE.impl or GATE.original).cache_info()  # type: ignore[attr-defined]
-    _gate_entry.cache_clear = lambda: (GATE.impl or GATE.original).cache_clear()  # type: ignore[attr-defined]
+    # The entry stands for vLLM's cached function: its cache is the answering function's.
+    vars(_gate_entry).update(
+        original=original, cache_info=lambda: _answering().cache_info(), cache_clear=lambda: _answering().cache_clear()
+    )
     setattr(mod, GATE_FUNC, _gate_entry)
     GATE.installed = True
 
@@ -163,23 +181,23 @@ def compile_widened(source: str, filename: str, version: str) -> tuple[Any, dict
     return code, {"widened_line": hits[0].lineno, "original_text": line, "source": filename}
 
 
-def build_widened(code: Any, namespace: dict[str, Any]) -> Callable[..., bool]:
+def build_widened(code: Any, namespace: dict[str, Any]) -> CachedGate:
     """Define the compiled function with `namespace` as its globals; cached like the original."""
     local: dict[str, Any] = {}
     exec(code, namespace, local)  # noqa: S102 - vLLM's own source, one constant changed
     widened = functools.cache(local[GATE_FUNC])
-    widened._e2e_patch = WIDENED_GATE  # type: ignore[attr-defined]
+    vars(widened)["_e2e_patch"] = WIDENED_GATE
     return widened
 
 
-def _materialise_widened(mod: Any) -> Callable[..., bool]:
+def _materialise_widened(mod: Any) -> CachedGate:
     return build_widened(GATE.widened_code, mod.__dict__)
 
 
 FORCED = (GATE_ON, GATE_OFF)
 
 
-def _set_gate_impl(name: str, make: Callable[[], Callable[..., bool] | None]) -> None:
+def _set_gate_impl(name: str, make: Callable[[], CachedGate | None]) -> None:
     # The two forced answers may replace each other (kernels_check flips them per cell);
     # any other pair of gate patches is a contradiction in the arm's config.
     flip = GATE.impl_name in FORCED and name in FORCED
@@ -189,12 +207,12 @@ def _set_gate_impl(name: str, make: Callable[[], Callable[..., bool] | None]) ->
     GATE.impl = make()
 
 
-def _forced(answer: bool) -> Callable[..., bool]:
+def _forced(answer: bool) -> CachedGate:
     @functools.cache
     def gate(*args: Any, **kwargs: Any) -> bool:
         return answer
 
-    gate._e2e_patch = GATE_ON if answer else GATE_OFF  # type: ignore[attr-defined]
+    vars(gate)["_e2e_patch"] = GATE_ON if answer else GATE_OFF
     return gate
 
 
@@ -264,7 +282,7 @@ def apply_patches(names: list[str] | tuple[str, ...]) -> list[str]:
     Raises PatchError on the first that cannot be applied. Callable in-process without the plugin's
     environment (kernels_check uses ["gate-always-off"] / ["gate-always-on"]).
     """
-    done = []
+    done: list[str] = []
     for name in names:
         name = name.strip()
         if not name:

@@ -16,13 +16,13 @@ come from graph capture and eager steps only. With --enforce-eager or cudagraph_
 attention runs eagerly on every step and the counts are per step; the record says which applied.
 
 The record is JSON, written atomically (tmp file + os.replace) every E2E_FLUSH_S seconds by a daemon
-thread and at exit, so a killed worker still leaves its counts.
+thread and at exit, so a killed worker still leaves its counts. Where the counters attach inside
+vLLM is e2e/plugin/instrument.py's.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import multiprocessing
 import multiprocessing.util
@@ -35,8 +35,6 @@ from typing import Any
 
 from e2e.plugin import hooks, targets
 from e2e.plugin.contract import RECORD_SCHEMA
-from e2e.plugin.kernel_args import CountedKernel, custom_op_args
-from e2e.plugin.targets import ATTENTION, CUSTOM_OP, FORWARD, STEPS, TRITON_2D
 
 SCHEMA = RECORD_SCHEMA
 MAX_STEPS = 20000  # per-step mode keeps at most this many steps with attention calls
@@ -47,6 +45,20 @@ GRAPH_NOTE_FULL = (
     "counts come from graph capture and eager steps, not from every step"
 )
 GRAPH_NOTE_EAGER = "attention ran eagerly on every step (no full CUDA graphs): counts are per step"
+# The gate's arguments as counted: its answers are keyed by (layer class, qtype, head_size,
+# block_size, gqa_ratio, sliding_window, kv_cache_dtype, alibi is None, sinks is None, answer).
+GateKey = tuple[str, str | None, Any, Any, Any, Any, Any, bool, bool, bool]
+GATE_ARGS = (
+    "qtype",
+    "head_size",
+    "block_size",
+    "gqa_ratio",
+    "max_seq_len",
+    "sliding_window",
+    "kv_cache_dtype",
+    "alibi_slopes",
+    "sinks",
+)
 
 
 def process_role() -> tuple[str, int | None]:
@@ -71,6 +83,11 @@ def _dtype(x: Any) -> str | None:
     if x is None:
         return None
     return str(x).removeprefix("torch.")
+
+
+def _hashable(x: Any) -> Any:
+    """A list argument as a tuple: the gate's arguments are a dict key."""
+    return tuple(x) if isinstance(x, list) else x
 
 
 def _window(sw: Any) -> Any:
@@ -102,11 +119,11 @@ class Recorder:
         self.pid = os.getpid()
         self.started = time.time()
         self.counts: dict[tuple[str, str, str], int] = {}  # (layer class, path, kernel args) -> n
-        self.gate: dict[tuple, list] = {}  # (layer class, args, answer) -> [n, min, max]
+        self.gate: dict[GateKey, list[Any]] = {}  # -> [n, min max_seq_len, max max_seq_len]
         self.layers: dict[str, dict[str, Any]] = {}  # layer class -> geometry + layer names
         self.layer_keys: dict[int, str] = {}  # id(Attention layer) -> layer class
         self.current = NO_LAYER  # layer class whose forward is running
-        self.steps: list[list] = []
+        self.steps: list[tuple[int, dict[str, int]]] = []  # (step, counts) of steps with calls
         self.step_counts: dict[str, int] = {}
         self.n_steps = 0
         self.steps_dropped = 0
@@ -139,37 +156,25 @@ class Recorder:
             sk = f"{self.current}|{path}"
             self.step_counts[sk] = self.step_counts.get(sk, 0) + 1
 
-    def gate_call(self, args: tuple, kwargs: dict, answer: bool) -> None:
-        a = list(args) + [None] * (9 - len(args))
-        names = (
-            "qtype",
-            "head_size",
-            "block_size",
-            "gqa_ratio",
-            "max_seq_len",
-            "sliding_window",
-            "kv_cache_dtype",
-            "alibi_slopes",
-            "sinks",
-        )
-        for i, n in enumerate(names):
+    def gate_call(self, args: tuple[Any, ...], kwargs: dict[str, Any], answer: bool) -> None:
+        a = list(args) + [None] * (len(GATE_ARGS) - len(args))
+        for i, n in enumerate(GATE_ARGS):
             if n in kwargs:
                 a[i] = kwargs[n]
         max_seq = a[4]
-        sw = a[5]
-        key = (
+        h = _hashable
+        key: GateKey = (
             self.current,
             _dtype(a[0]),
-            a[1],
-            a[2],
-            a[3],
-            list(sw) if isinstance(sw, tuple) else sw,
-            a[6],
+            h(a[1]),
+            h(a[2]),
+            h(a[3]),
+            h(a[5]),
+            h(a[6]),
             a[7] is None,
             a[8] is None,
             bool(answer),
         )
-        key = tuple(tuple(k) if isinstance(k, list) else k for k in key)
         v = self.gate.get(key)
         if v is None:
             self.gate[key] = [1, max_seq, max_seq]
@@ -186,7 +191,7 @@ class Recorder:
         self.n_steps += 1
         if self.per_step and self.step_counts:
             if len(self.steps) < MAX_STEPS:
-                self.steps.append([self.n_steps, self.step_counts])
+                self.steps.append((self.n_steps, self.step_counts))
             else:
                 self.steps_dropped += 1
             self.step_counts = {}
@@ -356,130 +361,11 @@ class Recorder:
         except Exception:
             pass
 
-    # -- hooks into vLLM ------------------------------------------------------------------------
-    def install(self) -> None:
-        """Attach the counters as vLLM imports the modules concerned (see hooks.py for why lazily)."""
-        from e2e.plugin import patches
-
-        patches.GATE.observer = self.gate_call
-        patches.arm_gate()
-        self.hooked["gate"] = "on import of " + patches.GATE_MODULE
-        for target, hook in (
-            (ATTENTION, self._hook_attention),
-            (CUSTOM_OP, self._hook_custom_op),
-            (TRITON_2D, self._hook_triton_2d),
-            (STEPS, self._hook_runner),
-        ):
-            for name in target.modules:  # each place this target has lived; the first with it wins
-                hooks.when_imported(name, hook)
-
-    def _note_missing(self, target: str, why: str) -> None:
+    def note_missing(self, target: str, why: str) -> None:
+        """A hook found its module but not what it wraps (e2e/plugin/targets.py's "missing")."""
         if target not in self.hooked:
             prev = self.missing.get(target)
             self.missing[target] = why if prev is None or why in prev else f"{prev}; {why}"
-
-    def _hook_attention(self, mod: Any) -> None:
-        cls = getattr(mod, "Attention", None)
-        if cls is None:
-            return self._note_missing(ATTENTION.name, f"{mod.__name__} has no class Attention")
-        if getattr(cls.__init__, "_e2e", False):
-            return
-        orig_init = cls.__init__
-        rec = self
-
-        @functools.wraps(orig_init)
-        def __init__(self, *args, **kwargs):
-            orig_init(self, *args, **kwargs)
-            rec.note_layer_built(self)
-            impl = getattr(self, "impl", None)
-            if impl is not None:
-                rec._hook_impl_class(type(impl))
-
-        __init__._e2e = True  # type: ignore[attr-defined]
-        cls.__init__ = __init__
-        self.hooked[ATTENTION.name] = f"{mod.__name__}.Attention.__init__"
-        self.missing.pop(ATTENTION.name, None)
-
-    def _hook_impl_class(self, cls: type) -> None:
-        fwd = cls.__dict__.get("forward")
-        if fwd is None:  # inherited: hook where it is defined, once
-            for base in cls.__mro__[1:]:
-                if "forward" in base.__dict__:
-                    cls = base
-                    fwd = base.__dict__["forward"]
-                    break
-        if fwd is None:
-            return self._note_missing(FORWARD, f"{cls.__module__}.{cls.__name__} has no forward")
-        if getattr(fwd, "_e2e", False):
-            return
-        rec = self
-        path = f"forward:{cls.__name__}"
-
-        @functools.wraps(fwd)
-        def forward(self, layer, query, key, value, kv_cache, *args, **kwargs):
-            md = args[0] if args else kwargs.get("attn_metadata")
-            if md is None:  # profiling / dummy run: the implementation computes nothing
-                return fwd(self, layer, query, key, value, kv_cache, *args, **kwargs)
-            prev = rec.current
-            rec.current = rec.layer_keys.get(id(layer)) or rec.layer_class(layer, self, kv_cache)
-            rec.count(path)
-            try:
-                return fwd(self, layer, query, key, value, kv_cache, *args, **kwargs)
-            finally:
-                rec.current = prev
-
-        forward._e2e = True  # type: ignore[attr-defined]
-        cls.forward = forward
-        self.hooked[path] = f"{cls.__module__}.{cls.__name__}.forward"
-
-    def _hook_custom_op(self, mod: Any) -> None:
-        fn = getattr(mod, "paged_attention_rocm", None)
-        if fn is None:
-            return self._note_missing(CUSTOM_OP.name, f"{mod.__name__} has no paged_attention_rocm")
-        if getattr(fn, "_e2e", False):
-            return
-        rec = self
-
-        @functools.wraps(fn)
-        def paged_attention_rocm(*args, **kwargs):
-            rec.count("rocm_custom_op", custom_op_args(args, kwargs))
-            return fn(*args, **kwargs)
-
-        paged_attention_rocm._e2e = True  # type: ignore[attr-defined]
-        mod.paged_attention_rocm = paged_attention_rocm
-        self.hooked[CUSTOM_OP.name] = f"{mod.__name__}.paged_attention_rocm"
-
-    def _hook_triton_2d(self, mod: Any) -> None:
-        kern = getattr(mod, "kernel_paged_attention_2d", None)
-        if kern is None:
-            return self._note_missing(TRITON_2D.name, f"{mod.__name__} has no kernel_paged_attention_2d")
-        if isinstance(kern, CountedKernel):
-            return
-        mod.kernel_paged_attention_2d = CountedKernel(kern, self, "triton_paged_attention_2d")
-        self.hooked[TRITON_2D.name] = f"{mod.__name__}.kernel_paged_attention_2d"
-
-    def _hook_runner(self, mod: Any) -> None:
-        cls = getattr(mod, "GPUModelRunner", None)
-        fn = getattr(cls, "execute_model", None) if cls is not None else None
-        if fn is None:
-            what = "GPUModelRunner" if cls is None else "GPUModelRunner.execute_model"
-            return self._note_missing(STEPS.name, f"{mod.__name__} has no {what}")
-        if getattr(fn, "_e2e", False):
-            return
-        rec = self
-
-        @functools.wraps(fn)
-        def execute_model(self, *args, **kwargs):
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                rec.end_step()
-
-        execute_model._e2e = True  # type: ignore[attr-defined]
-        cls.execute_model = execute_model
-        where = f"{mod.__name__}.GPUModelRunner.execute_model"
-        prev = self.hooked.get(STEPS.name)  # both runner layouts imported: name both
-        self.hooked[STEPS.name] = f"{prev}, {where}" if prev else where
 
 
 def _numel(t: Any) -> int:

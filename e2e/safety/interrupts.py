@@ -56,10 +56,9 @@ class held:
             self._old = {s: signal.signal(s, lambda n, _f: self.got.append(n)) for s in HELD}
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         for s, h in self._old.items():
             signal.signal(s, h)
         unwinding = exc_type is not None and issubclass(exc_type, INTERRUPTS)
         if self.got and self.redeliver and not unwinding:
             signal.raise_signal(self.got[0])  # its own handler now: KeyboardInterrupt, Terminate, ...
-        return False

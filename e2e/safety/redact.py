@@ -91,6 +91,12 @@ def _arg_secrets(args: Sequence[str]) -> list[str]:
     return [str(args[i]).split("=", 1)[1] if inline else str(args[i]) for i, inline in _secret_positions(args)]
 
 
+def _arms(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """A config dict's arms, where they are a list of dicts (anything else is left as it is)."""
+    arms = cfg.get("arms")
+    return [a for a in arms if isinstance(a, dict)] if isinstance(arms, list) else []
+
+
 def redact_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """A config dict (config_to_dict) with every env value and flag value that names a secret
     hidden: server.env, server.extra_args, and each arm's env and args."""
@@ -103,13 +109,12 @@ def redact_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(server.get("extra_args"), (list, tuple)):
             head = [str(a) for a in server["extra_args"]]
             server["extra_args"] = redact_args(head)
-    for arm in out.get("arms") if isinstance(out.get("arms"), list) else []:
-        if isinstance(arm, dict):
-            if isinstance(arm.get("env"), dict):
-                arm["env"] = redact_env(arm["env"])
-            if isinstance(arm.get("args"), (list, tuple)):
-                # as the server gets them: a secret flag ending extra_args takes the arm's first arg
-                arm["args"] = redact_args(head + [str(a) for a in arm["args"]])[len(head) :]
+    for arm in _arms(out):
+        if isinstance(arm.get("env"), dict):
+            arm["env"] = redact_env(arm["env"])
+        if isinstance(arm.get("args"), (list, tuple)):
+            # as the server gets them: a secret flag ending extra_args takes the arm's first arg
+            arm["args"] = redact_args(head + [str(a) for a in arm["args"]])[len(head) :]
     return out
 
 
@@ -146,10 +151,9 @@ def restore_secrets(cfg: Mapping[str, Any], source: str, environ: Mapping[str, s
     if isinstance(server, dict):
         server["env"] = env_of("server", server.get("env", {}))
         args_of("server.extra_args", server.get("extra_args"))
-    for arm in out.get("arms") if isinstance(out.get("arms"), list) else []:
-        if isinstance(arm, dict):
-            arm["env"] = env_of(f"arms.{arm.get('name')}", arm.get("env", {}))
-            args_of(f"arms.{arm.get('name')}.args", arm.get("args"))
+    for arm in _arms(out):
+        arm["env"] = env_of(f"arms.{arm.get('name')}", arm.get("env", {}))
+        args_of(f"arms.{arm.get('name')}.args", arm.get("args"))
     return out
 
 

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import struct
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def split_shards(specs: list[TensorSpec], shard_bytes: int) -> list[list[TensorS
 def _write_shard(path: Path, shard: list[TensorSpec], seed: int) -> str:
     h = hashlib.sha256()
     with open(path, "wb") as f:
-        blocks = itertools.chain([_safetensors_header(shard)], (c for s in shard for c in tensor_chunks(s, seed)))
+        blocks: Iterator[bytes | memoryview] = itertools.chain(
+            [_safetensors_header(shard)], (c for s in shard for c in tensor_chunks(s, seed))
+        )
         for block in blocks:  # a generator: one chunk per thread in memory at a time
             h.update(block)
             f.write(block)

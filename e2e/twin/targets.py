@@ -228,7 +228,7 @@ def _scheme_of(qc: dict[str, Any] | None, path: Path) -> QuantScheme | None:
         and w.get("num_bits") in (4, 8)
         and not w.get("actorder") == "group"
     )
-    if not ok:
+    if w is None or not ok:
         raise UserError(
             f"{path}: quantization_config is not one this builder reproduces "
             "(compressed-tensors pack-quantized, int, symmetric, group, one config group)"

@@ -136,16 +136,14 @@ def _meta_model(hf_config: Any, architectures: list[str]) -> Any:
     import torch
     import transformers
 
-    cls = None
+    cls: Any = None  # a transformers model class, found by its architecture's name
     for arch in architectures:
         cls = getattr(transformers, arch, None)
         if cls is not None:
             break
-    if cls is None:
-        cls = transformers.AutoModelForCausalLM
     with torch.device("meta"):
-        if cls is transformers.AutoModelForCausalLM:
-            return cls.from_config(hf_config, dtype=torch.bfloat16)
+        if cls is None:  # no class of that name: the auto class picks one from the config
+            return transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
         return cls._from_config(hf_config, dtype=torch.bfloat16)
 
 

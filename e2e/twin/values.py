@@ -64,7 +64,7 @@ def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[memoryview]:
         yield memoryview(np.asarray(spec.value, dtype="<i8").tobytes())
         return
     if spec.fill in ("zeros", "ones"):
-        yield memoryview(np.full(spec.shape, 0x3F80 if spec.fill == "ones" else 0, dtype="<u2")).cast("B")
+        yield np.full(spec.shape, 0x3F80 if spec.fill == "ones" else 0, dtype="<u2").data.cast("B")
         return
     rng = _rng(seed, spec.name)
     if spec.fill != "packed":
@@ -78,5 +78,5 @@ def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[memoryview]:
             bits = raw.view("<u2")
             bits &= keep
             bits |= exp
-        yield memoryview(raw).cast("B")[:n]
+        yield raw.data.cast("B")[:n]
         left -= n
