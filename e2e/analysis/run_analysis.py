@@ -134,18 +134,23 @@ class RunAnalysis:
         return out
 
     def startup_table(self) -> list[dict[str, Any]]:
+        """Per arm: its server starts and what the compile cache saved (e2e/analysis/startups.py)."""
         return startups.startup_table(self.cell_rows.values())
 
     def start_phases(self) -> list[dict[str, Any]]:
+        """Per server start: where its time went, from the server's log."""
         return startups.start_phases(self.cell_rows.values())
 
     def routing_table(self) -> list[dict[str, Any]]:
+        """Per arm and layer class: the attention path taken (e2e/analysis/routing_table.py)."""
         return routing_table.routing_table(self.cell_rows)
 
     def gpu_time(self) -> dict[str, Any]:
+        """Where the run's GPU time went (e2e/analysis/wall_clock.py)."""
         return wall_clock.gpu_time(self.manifest, self.cell_rows.values())
 
     def concurrency(self) -> dict[str, Any]:
+        """Which executors ran the cells, on how many recorded slots, how many at once (e2e/analysis/slots.py)."""
         return slots.concurrency(self.manifest, self.cell_rows.values())
 
     def arm_table(self) -> list[dict[str, Any]]:
