@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from e2e.analysis.run_analysis import slot_effect
+from e2e.analysis.slots import slot_effect
 from e2e.cli import main
 from e2e.design.config import parse_config
 from e2e.design.plan import Cell, assign_slots, make_plan

@@ -4,8 +4,8 @@ between the death and the resume (the 0.23.0 H200 run died at 18:58 one evening 
 09:44 the next morning). The start table: a later start that missed the compile cache (a resume on
 another machine) is not credited to the cache."""
 
-from e2e.analysis.run_analysis import wall_clock_sessions
-from e2e.report.report_md import _gpu_time
+from e2e.analysis.wall_clock import wall_clock_sessions
+from e2e.report.md_facts import _gpu_time
 
 
 def _row(cid: str, finished: str) -> dict:

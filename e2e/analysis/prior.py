@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from e2e.analysis.run_analysis import gpu_name
+from e2e.analysis.manifest_facts import gpu_name
 from e2e.rundir.manifest import gpu_driver
 from e2e.stats import planning, verdicts
 

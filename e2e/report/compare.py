@@ -21,7 +21,8 @@ from typing import Any
 from rich.console import Console
 
 from e2e import exits
-from e2e.analysis.run_analysis import RunAnalysis, gpu_name, graph_mode, vllm_version
+from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
+from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
 from e2e.report import summary as sm
 from e2e.report.progress import make_console
@@ -37,7 +38,7 @@ REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 
 def _flag(a: RunAnalysis, flag: str, default: str) -> str:
     """A `vllm serve` flag's value as the reference arm ran it (server args and arm args)."""
-    argv = ((a.manifest.get("arms") or {}).get(a.reference or "", {}) or {}).get("server_argv") or []
+    argv: list[str] = ((a.manifest.get("arms") or {}).get(a.reference or "", {}) or {}).get("server_argv") or []
     for i, x in enumerate(argv):
         if x == flag and i + 1 < len(argv):
             return argv[i + 1]

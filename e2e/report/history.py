@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from e2e import exits
-from e2e.analysis.run_analysis import RunAnalysis, vllm_version
+from e2e.analysis.manifest_facts import vllm_version
+from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
 from e2e.report import figures, tables
 from e2e.report import summary as sm
@@ -33,7 +34,7 @@ from e2e.stats.changepoints import find_change_points
 SERIES_KEYS = [k for k in CHECKED_METADATA if k != "depths"]  # a run may add or drop a depth
 
 
-def _version_key(v: str | None) -> tuple:
+def _version_key(v: str | None) -> tuple[Any, ...]:
     """Sort key for version strings: numeric release parts compare as numbers (0.9 < 0.26);
     unknown versions sort last. (No packaging dependency: the GPU machine has no index.)"""
     if not v:
@@ -81,7 +82,7 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
     """(rows, steps). Rows: one per (run, arm, depth) in series order with the pooled estimate.
     Steps: the change points of each series (same checked metadata), arm and depth."""
     rows, steps = [], []
-    series: dict[tuple, list[int]] = {}
+    series: dict[tuple[str, ...], list[int]] = {}
     # each run's place in time (1 = first started), shown beside its version: a version order
     # is not the order the runs were measured in
     in_time = {id(r): n for n, r in enumerate(sorted(runs, key=lambda r: r.manifest.get("started") or ""), 1)}

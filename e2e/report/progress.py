@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
 from e2e.report.tables import num
@@ -24,7 +24,7 @@ class Progress:
         self.console = console or make_console(stderr=True)
         self.enabled = enabled
         self._bar: RichProgress | None = None
-        self._task = None
+        self._task: TaskID | None = None
         self._total = 0
 
     def start(self, total: int, done: int) -> None:
@@ -46,7 +46,7 @@ class Progress:
 
     def phase(self, cell: Any, phase: str) -> None:
         text = f"cell {cell.index + 1}/{self._total} {cell.cell_id}: {phase}"
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=text)
         else:  # plain mode: one line per phase (logs, CI, and the interrupt tests read these)
             self.console.print(text)
@@ -64,7 +64,7 @@ class Progress:
         if row["status"] != "ok":
             msg += f"  error: {row.get('error')}"
         self.console.print(msg)
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
 
     def stop(self) -> None:

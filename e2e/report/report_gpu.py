@@ -73,6 +73,7 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The section: per cell its GPUs' readings, per server its bookend, then the warnings."""
     rows = list(cell_rows)
     if not rows:
         return []
@@ -92,38 +93,7 @@ def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
             "makes the cell contaminated: `retry` measures it again on a fresh server (the voided "
             "attempt's rows stay, never counted), `warn` counts it and says so here, `fail` stops.",
             "",
-            tables.markdown(
-                [
-                    "cell",
-                    "status",
-                    "GPU",
-                    "SM MHz",
-                    "mem MHz",
-                    "power W",
-                    "round power W",
-                    "temp C",
-                    "throttled rounds",
-                    "other processes",
-                    "policy",
-                ],
-                [
-                    [
-                        r["cell_id"],
-                        r.get("status", "-"),
-                        ", ".join(f"{x.get('index')} {x.get('name') or ''}".strip() for x in g.get("gpus") or [])
-                        or (g.get("reason") or "-"),
-                        _span(g.get("sm_mhz")),
-                        _span(g.get("mem_mhz")),
-                        _span(g.get("power_w")),
-                        _span(g.get("round_power_w")),
-                        _span(g.get("temp_c")),
-                        ", ".join(map(str, g.get("throttled_rounds") or [])) or "none",
-                        ("**" + describe(g["foreign"]) + "**") if g.get("foreign") else "none",
-                        str(g.get("policy") or "-"),
-                    ]
-                    for r, g in zip(rows, states)
-                ],
-            ),
+            _state_table(rows, states),
             "",
         ]
     flags = server_flags(rows)
@@ -133,38 +103,77 @@ def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
             "A server is **non-stationary** at p < alpha with a step of at least the minimum "
             "(`python -m e2e.stats.bookends` gives the test's false-alarm rate by simulation).",
             "",
-            tables.markdown(
-                [
-                    "server",
-                    "cells",
-                    "first depth",
-                    "opening ms/tok",
-                    "closing ms/tok",
-                    "step %",
-                    "p",
-                    "rounds (open / close)",
-                    "bookend",
-                ],
-                [
-                    [
-                        key,
-                        ", ".join(b["cells"]),
-                        b.get("cell_id") or "-",
-                        num(b.get("opening_ms")),
-                        num(b.get("closing_ms")),
-                        num(b.get("step_pct"), "{:+.1f}"),
-                        num(b.get("p_value"), "{:.2g}"),
-                        f"{b.get('opening_rounds', 0)} / {b.get('closing_rounds', 0)}",
-                        f"**{b['status']}**"
-                        if b["status"] == "non-stationary"
-                        else (b["status"] + (f" ({b['reason']})" if b.get("reason") else "")),
-                    ]
-                    for key, b in flags.items()
-                ],
-            ),
+            _bookend_table(flags),
             "",
         ]
     warn = warnings(rows)
     if warn:
         md += ["GPU and stationarity warnings:", ""] + [f"- {w}" for w in warn] + [""]
     return md
+
+
+def _state_table(rows: list[dict[str, Any]], states: list[dict[str, Any]]) -> str:
+    return tables.markdown(
+        [
+            "cell",
+            "status",
+            "GPU",
+            "SM MHz",
+            "mem MHz",
+            "power W",
+            "round power W",
+            "temp C",
+            "throttled rounds",
+            "other processes",
+            "policy",
+        ],
+        [
+            [
+                r["cell_id"],
+                r.get("status", "-"),
+                ", ".join(f"{x.get('index')} {x.get('name') or ''}".strip() for x in g.get("gpus") or [])
+                or (g.get("reason") or "-"),
+                _span(g.get("sm_mhz")),
+                _span(g.get("mem_mhz")),
+                _span(g.get("power_w")),
+                _span(g.get("round_power_w")),
+                _span(g.get("temp_c")),
+                ", ".join(map(str, g.get("throttled_rounds") or [])) or "none",
+                ("**" + describe(g["foreign"]) + "**") if g.get("foreign") else "none",
+                str(g.get("policy") or "-"),
+            ]
+            for r, g in zip(rows, states)
+        ],
+    )
+
+
+def _bookend_table(flags: dict[str, dict[str, Any]]) -> str:
+    return tables.markdown(
+        [
+            "server",
+            "cells",
+            "first depth",
+            "opening ms/tok",
+            "closing ms/tok",
+            "step %",
+            "p",
+            "rounds (open / close)",
+            "bookend",
+        ],
+        [
+            [
+                key,
+                ", ".join(b["cells"]),
+                b.get("cell_id") or "-",
+                num(b.get("opening_ms")),
+                num(b.get("closing_ms")),
+                num(b.get("step_pct"), "{:+.1f}"),
+                num(b.get("p_value"), "{:.2g}"),
+                f"{b.get('opening_rounds', 0)} / {b.get('closing_rounds', 0)}",
+                f"**{b['status']}**"
+                if b["status"] == "non-stationary"
+                else (b["status"] + (f" ({b['reason']})" if b.get("reason") else "")),
+            ]
+            for key, b in flags.items()
+        ],
+    )

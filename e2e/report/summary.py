@@ -4,10 +4,11 @@ build(analysis) turns a run's analysis (e2e/analysis/run_analysis.py) into the s
 (e2e/report/report_md.py), summary.csv and comparisons.csv (e2e/report/write.py), the figures (e2e/report/figures.py)
 and the console at the end of a run (e2e/run/session.py) are functions of it alone, so a report can be
 re-rendered from summary.json (tests/test_summary_model.py does, and compares). Every table is
-declared here once, as columns (e2e/report/tables.py): a column names its header, how a row shows, the
-fields it writes to the CSV and the views that show it; `compare` and `history` declare theirs
-here too. A cells.jsonl field shown in the report is one column with from_row=True in CELLS: build()
-copies it from the row into summary.json, and every view that names it shows it.
+declared once, as columns (e2e/report/tables.py): a column names its header, how a row shows, the
+fields it writes to the CSV and the views that show it. The run's tables, `compare`'s and `history`'s
+are declared here; the gsm8k sign-off's in e2e/report/gsm8k_tables.py. A cells.jsonl field shown in
+the report is one column with from_row=True in CELLS: build() copies it from the row into
+summary.json, and every view that names it shows it.
 
 Sections of summary.json: run (facts, code identity, exit status), cells, arms, comparisons,
 variance_model, pass_agreement, executor and slots, roofline, startups and start_phases, routing
@@ -19,16 +20,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
 from e2e.report import report_gpu
-from e2e.report.tables import Col, Table, col, interval, num, pct, text
+from e2e.report.gsm8k_tables import GSM8K_COMPARISONS as GSM8K_COMPARISONS  # the console's, at a run's end
+from e2e.report.tables import BOTH, CONSOLE, MD, Col, Table, col, interval, num, text
 from e2e.rundir import identity, routing
 from e2e.rundir.formats import VERSIONS
 from e2e.stats import estimate, outcomes
 
 SCHEMA_VERSION = VERSIONS["summary"]
-
-MD, CONSOLE, CSV_ONLY = frozenset({"md"}), frozenset({"console"}), frozenset()
-BOTH = MD | CONSOLE
 
 
 def _verdict_colour(r: dict[str, Any]) -> str | None:
@@ -228,87 +228,6 @@ ROUTING = Table(
 )
 
 
-# -- the gsm8k sign-off's tables (gsm8k.md and report.md) ------------------------------------------
-def _signoff_colour(r: dict[str, Any]) -> str | None:
-    w = outcomes.signoff(r.get("verdict"))
-    return w.colour if w else None
-
-
-def gsm8k_servers(tasks: list[str], primary: dict[str, str], link_prefix: str = "") -> Table:
-    """One row per server; a column per task (its primary filter's accuracy with interval)."""
-
-    def acc(task: str):
-        def show(u: dict[str, Any]) -> str:
-            b = (u.get("tasks") or {}).get(task, {}).get("accuracy", {}).get(primary.get(task))
-            return "-" if b is None else f"{pct(b['accuracy'])} [{pct(b['ci_low'])}, {pct(b['ci_high'])}]"
-
-        return show
-
-    def links(u: dict[str, Any]) -> str:
-        ts = u.get("tasks") or {}
-        return (
-            ", ".join(f"[{t}]({link_prefix}{ts[t]['questions']})" for t in tasks if t in ts and ts[t].get("questions"))
-            or "-"
-        )
-
-    return Table(
-        "gsm8k_servers",
-        (
-            col("dir", "server", None),
-            col("status", "status", None, BOTH),
-            col("startup_s", "start s"),
-            col("eval_s", "eval s"),
-            *[Col(f"{t} ({primary.get(t)}) % [CI]", acc(t), views=BOTH) for t in tasks],
-            Col("per-question", links),
-        ),
-    )
-
-
-def _paired(r: dict[str, Any], show: Any) -> str:
-    return "-" if "n" not in r else show(r)
-
-
-GSM8K_COMPARISONS = Table(
-    "gsm8k_comparisons",
-    (
-        Col("comparison", lambda c: f"{c['kind'].upper()}: {c['a_server']} vs {c['b_server']}", views=BOTH),
-        Col(
-            "task / filter",
-            lambda c: f"{c['task']} / {c['filter']}" + (" (primary)" if c.get("primary") else ""),
-            views=BOTH,
-        ),
-        Col("n", lambda c: _paired(c, lambda c: str(c["n"]))),
-        Col("A %", lambda c: _paired(c, lambda c: pct(c["a"]["accuracy"])), views=BOTH),
-        Col("B %", lambda c: _paired(c, lambda c: pct(c["b"]["accuracy"])), views=BOTH),
-        Col(
-            "change pts [CI]",
-            lambda c: _paired(
-                c,
-                lambda c: (
-                    f"{100 * c['change']:+.1f} [{100 * c['change_ci_low']:+.1f}, {100 * c['change_ci_high']:+.1f}]"
-                    if c.get("change_ci_low") is not None
-                    else f"{100 * c['change']:+.1f}"
-                ),
-            ),
-        ),
-        Col("drop upper pts", lambda c: _paired(c, lambda c: pct(c.get("drop_upper"), "{:+.1f}")), views=BOTH),
-        Col("A only", lambda c: _paired(c, lambda c: str(c["table"]["a_only"]))),
-        Col("B only", lambda c: _paired(c, lambda c: str(c["table"]["b_only"]))),
-        Col("McNemar p", lambda c: _paired(c, lambda c: num(c.get("mcnemar_p"), "{:.3g}"))),
-        Col("text differ", lambda c: _paired(c, _text_differ)),
-        Col("verdict", lambda c: text(c.get("verdict")), views=BOTH, colour=_signoff_colour),
-    ),
-)
-
-
-def _text_differ(c: dict[str, Any]) -> str:
-    td = str(c.get("text_differ", "-"))
-    if "aa_baseline" in c:
-        ex = c["aa_baseline"].get("excess", {}).get("text_differ", {})
-        td += f" (A/A {c['aa_baseline']['text_differ']}" + (", **more**" if ex.get("flagged") else "") + ")"
-    return td
-
-
 # -- compare and history ---------------------------------------------------------------------------
 COMPARE = Table(
     "compare",
@@ -355,8 +274,6 @@ def run_facts(a: Any) -> dict[str, Any]:
     overrides = None
     if server.get("allow_harness_flag_overrides"):
         overrides = list(m.get("harness_flag_overrides") or [])
-    from e2e.analysis.run_analysis import gpu_name, graph_mode, vllm_version
-
     return {
         "run_id": m.get("run_id"),
         "command": m.get("command") or "run",
@@ -445,7 +362,7 @@ def build(a: Any, gsm8k: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         "pass_agreement": a.agreement,
         "max_pass_disagreement_pct": a.max_pass_disagreement_pct(),
         "executor": conc,
-        "slots": a.slots if "ray" in conc["executors"] else None,
+        "slots": a.slots if conc["n_slots"] else None,  # only where the executors recorded slots
         "roofline": a.roofline,
         "variance_model": a.fit.to_dict() if a.fit else None,
         "gpu_state": gpu_section(a),

@@ -18,6 +18,10 @@ from e2e.safety.safe_io import atomic_writer
 
 MISSING = "-"
 
+# The views a column shows in: report.md, the console, both; a CSV-only column has none.
+MD, CONSOLE, CSV_ONLY = frozenset({"md"}), frozenset({"console"}), frozenset[str]()
+BOTH = MD | CONSOLE
+
 
 def num(x: Any, fmt: str = "{:.2f}") -> str:
     """A number for a table; "-" for None or NaN. fmt is a str.format pattern ("{:.3f}")."""
@@ -52,7 +56,7 @@ class Col:
     from_row: bool = False  # copied as is from the source row (e2e/report/summary.py)
 
 
-def col(key: str, head: str | None, fmt: str = "{:.2f}", views: Iterable[str] = ("md",), **kw: Any) -> Col:
+def col(key: str, head: str | None, fmt: str | None = "{:.2f}", views: Iterable[str] = ("md",), **kw: Any) -> Col:
     """The common column: one field, shown with num(fmt) (or as text when fmt is None)."""
     show = (lambda r: text(r.get(key))) if fmt is None else (lambda r: num(r.get(key), fmt))
     return Col(head, show, (key,), frozenset(views), **kw)
@@ -77,9 +81,17 @@ class Table:
         return [k for c in self.cols if c.from_row for k in c.csv]
 
 
+def _head(c: Col, ctx: dict[str, Any]) -> str:
+    return (c.head or "").format(**ctx)
+
+
+def _show(c: Col, r: Row) -> Any:
+    return c.show(r) if c.show else MISSING
+
+
 def render_markdown(t: Table, rows: Iterable[Row], view: str = "md", **ctx: Any) -> str:
     cols = t.view(view)
-    return markdown([c.head.format(**ctx) for c in cols], [[c.show(r) for c in cols] for r in rows])
+    return markdown([_head(c, ctx) for c in cols], [[_show(c, r) for c in cols] for r in rows])
 
 
 def render_console(t: Table, rows: Iterable[Row], title: str | None = None, view: str = "console", **ctx: Any) -> Any:
@@ -90,9 +102,9 @@ def render_console(t: Table, rows: Iterable[Row], title: str | None = None, view
     cols = t.view(view)
     out = RichTable(title=title)
     for c in cols:
-        out.add_column(c.head.format(**ctx))
+        out.add_column(_head(c, ctx))
     for r in rows:
-        out.add_row(*[Text(str(c.show(r)), style=(c.colour(r) or "") if c.colour else "") for c in cols])
+        out.add_row(*[Text(str(_show(c, r)), style=(c.colour(r) or "") if c.colour else "") for c in cols])
     return out
 
 

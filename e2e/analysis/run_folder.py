@@ -1,0 +1,86 @@
+"""A run folder read once: everything the analysis takes from disk, as one typed record.
+
+RunAnalysis (e2e/analysis/run_analysis.py) computes from a RunRecord alone, so it can be built from
+rows in memory as well as from a folder. Reading is all here: the manifest, plan, cells.jsonl and
+requests.jsonl as e2e/rundir/store.py reads them, the folder's status as a reader should state it,
+the model's config.json for the HBM floor, and a warning for a file whose last line is torn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e.gpu import roofline
+from e2e.rundir.manifest import project_root
+from e2e.rundir.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, effective_status
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run folder holds, as read: rows are every row of the file (none left out yet)."""
+
+    root: Path  # the folder read; named in messages
+    manifest: dict[str, Any]
+    plan: list[dict[str, Any]]
+    cells: list[dict[str, Any]]  # cells.jsonl
+    requests: list[dict[str, Any]]  # requests.jsonl
+    status: Any  # the manifest's status as a reader should state it (`harness-died`)
+    model_config: dict[str, Any] | None = None  # the model's config.json (the HBM floor's geometry)
+    model_config_missing: str = "no model config.json read"  # why model_config is None
+    warnings: tuple[str, ...] = ()  # what reading found (a torn last line)
+
+
+def load(run_dir: Path | str) -> RunRecord:
+    """Read a run folder (e2e/rundir/store.py's layout); UserError when it is not one."""
+    root = Path(run_dir)
+    store = RunStore.open_existing(root)
+    manifest = store.manifest()
+    config, missing = _model_config(root, manifest)
+    return RunRecord(
+        root=root,
+        manifest=manifest,
+        plan=store.plan(),
+        cells=store.cells(),
+        requests=store.requests(),
+        # as a reader should state it (harness-died: `running` with nobody holding the folder)
+        status=effective_status(root, manifest.get("status")),
+        model_config=config,
+        model_config_missing=missing,
+        warnings=tuple(w for f in (CELLS, REQUESTS) if (w := _torn_tail(root / f))),
+    )
+
+
+def _model_config(root: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The model's config.json, or None and why not. The run folder keeps a copy (store.MODEL_CONFIG):
+    a report made on another machine, without the model, still has its geometry."""
+    model_path = (manifest.get("model") or {}).get("path") or ((manifest.get("config") or {}).get("model") or {}).get(
+        "path"
+    )
+    saved = (root / MODEL_CONFIG).parent
+    try:
+        if saved.is_dir():
+            return roofline.load_model_config(str(saved)), ""
+        return roofline.load_model_config(str(model_path), (Path.cwd(), project_root())), ""
+    except roofline.Unavailable as exc:
+        return None, str(exc)
+
+
+def _torn_tail(path: Path) -> str | None:
+    """A file whose last line has no newline was cut mid-write (a crash): its rows are read without
+    that line, and `--resume` sets it aside to <file>.torn before appending."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() == 0:
+                return None
+            f.seek(-1, 2)
+            if f.read(1) == b"\n":
+                return None
+    except OSError:
+        return None
+    return (
+        f"{path.name}: the last line is torn (a crash mid-write): left out; `--resume` sets it aside "
+        f"to {path.name}.torn"
+    )

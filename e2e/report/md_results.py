@@ -1,0 +1,106 @@
+"""report.md's results: the verdicts, the cells, the passes' agreement and the slots the cells ran on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e.report import figures
+from e2e.report import summary as sm
+from e2e.report.md_facts import executor_line
+from e2e.report.tables import num, render_markdown
+from e2e.stats import outcomes
+
+
+# -- verdicts -------------------------------------------------------------------------------------
+def verdicts(s: dict[str, Any]) -> list[str]:
+    f = s["run"]
+    md = ["## Verdicts (each arm against the reference; a server is one replicate)", ""]
+    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    if not pooled:
+        return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]
+    target = f.get("target_mde_pct")
+    md += [
+        f"{outcomes.rule_text()} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+        f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
+        "",
+        render_markdown(sm.COMPARISONS, pooled, target=num(target, "{:g}")),
+        "",
+    ]
+    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
+    hws = [
+        c["ci_half_width_pct"]
+        for c in pooled
+        if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None
+    ]
+    if mdes:
+        md += [
+            f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
+            f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
+            f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
+            f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
+            f'"Servers for MDE <= {num(target, "{:g}")} %": servers per arm, at this run\'s rounds, whose MDE '
+            "would be at most that (from the same model and rule).",
+            "",
+        ]
+    vmod = s.get("variance_model")
+    if vmod:
+        md += [
+            f"Variance model: {vmod['components']} ({vmod['method']}) over {vmod['n_cells']} cells on "
+            f"{vmod['n_servers']} servers: server sd {100 * vmod['sd_server']:.3f} %, cell excess sd "
+            f"{100 * vmod['sd_cell_excess']:.3f} %; per-value noise pooled per arm and depth (summary.json: "
+            "`variance_model`).",
+            "",
+        ]
+    per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
+    if per_pass:
+        md += [
+            "Per pass (two servers only: the interval leaves out between-server variance, so no verdict "
+            "is drawn from it):",
+            "",
+            render_markdown(sm.COMPARISONS, per_pass, "pass"),
+            "",
+        ]
+    if figures.RATIO in figures.drawn(s):
+        md += [f"![arm ratio per depth]({figures.RATIO}) {figures.ratio_caption(s)}", ""]
+    return md
+
+
+# -- cells and their agreement ----------------------------------------------------------------------
+def cells(s: dict[str, Any]) -> list[str]:
+    md = ["## Cells", "", render_markdown(sm.CELLS, s["cells"]), ""]
+    if figures.DECODE in figures.drawn(s):
+        md += [f"![decode ms/token vs depth]({figures.DECODE}) {figures.decode_caption(s)}", ""]
+    return md
+
+
+def agreement(s: dict[str, Any]) -> list[str]:
+    md = ["## Pass agreement (same arm, same depth, across passes)", ""]
+    ag = [x for x in s["pass_agreement"] if x["max_rel_diff_pct"] is not None]
+    if not ag:
+        return md + ["One pass only: no agreement to report.", ""]
+    return md + [f"At most {s['max_pass_disagreement_pct']:.1f} % apart.", "", render_markdown(sm.AGREEMENT, ag), ""]
+
+
+def slots(s: dict[str, Any]) -> list[str]:
+    """Only for runs whose executors recorded slots (summary.build): cells per slot and the slot effect."""
+    sl, c, alpha = s.get("slots") or {}, s["executor"], s["run"]["alpha"]
+    per = sl.get("per_slot") or {}
+    if not per:
+        return []
+    p = sl.get("p_value")
+    return [
+        "## Slots (where the cells ran: a blocking factor)",
+        "",
+        f"{executor_line(c)}. Arms over the slots as run: "
+        + ("**balanced**" if sl.get("balanced_as_run") else "**not balanced** (see Warnings)")
+        + f". Slot effect ({sl['test']}): "
+        + (
+            f"p = {p:.3g}" + (" **(slots differ)**" if p < alpha else "")
+            if p is not None
+            else "not testable (one slot, or too few cells)"
+        )
+        + ".",
+        "",
+        render_markdown(sm.SLOTS, [{"slot": k, **v} for k, v in per.items()]),
+        "",
+    ]
