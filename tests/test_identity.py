@@ -90,7 +90,7 @@ def test_a_stale_git_is_noticed_and_the_content_still_identifies(tmp_path):
     assert "uncommitted changes outside the package, holding exactly the package" in line
     assert "does not hold it" not in line
     _git(copy, "rm", "-q", "--cached", "notes.txt")
-    newer = copy / "e2e" / "summary.py"
+    newer = copy / "e2e" / "report" / "summary.py"
     newer.write_text(newer.read_text() + "\n# the newer code, copied over the older .git\n")
     code = _manifest_code(copy)
     assert code["dirty"] is True and code["commit_holds_package"] is False
