@@ -1,7 +1,8 @@
-"""Conformance of the decision layer by simulation (e2e/stats/conformance.py): known truth in, verdicts out,
-through the functions a run uses. Fixed seeds: deterministic. Tolerances: a rate meant to be at most
-5 % may reach 5 % + 3 Monte-Carlo standard errors (conformance.tol); coverage must be >= 93 % for a
-95 % interval. `python -m e2e.stats.conformance` prints the same figures for the README."""
+"""Conformance of the decision layer by simulation (e2e/stats/conformance.py, the simulated runs of
+e2e/stats/simulation.py): known truth in, verdicts out, through the functions a run uses. Fixed
+seeds: deterministic. Tolerances: a rate meant to be at most 5 % may reach 5 % + 3 Monte-Carlo
+standard errors (conformance.tol); coverage must be >= 93 % for a 95 % interval.
+`python -m e2e.stats.conformance` prints the same figures for the README."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from e2e.stats import cells as stats
 from e2e.stats import conformance as cf
 from e2e.stats import signoff
+from e2e.stats import simulation as sim_
 
 N = 100  # experiments per design (the README's table: 2000, `python -m e2e.stats.conformance`)
 
@@ -28,11 +30,11 @@ def _tol(f: cf.Figure, p: float = 0.05) -> float:
 
 # -- the simulation itself ------------------------------------------------------------------------
 def test_cell_stats_is_scale_equivariant_so_offsets_can_scale_cells():
-    rows = cf.cell_rows(np.random.default_rng(1), 11.0, 0.01)
-    c = stats.cell_stats(rows, cf.LONG, cf.SHORT)
+    rows = sim_.cell_rows(np.random.default_rng(1), 11.0, 0.01)
+    c = stats.cell_stats(rows, sim_.LONG, sim_.SHORT)
     f = 1.137
-    slow = stats.cell_stats([{**r, "t_client_s": r["t_client_s"] * f} for r in rows], cf.LONG, cf.SHORT)
-    s = cf.scaled(c, f)
+    slow = stats.cell_stats([{**r, "t_client_s": r["t_client_s"] * f} for r in rows], sim_.LONG, sim_.SHORT)
+    s = sim_.scaled(c, f)
     assert s.estimate == pytest.approx(slow.estimate, rel=1e-12)
     assert s.ci == pytest.approx(slow.ci, rel=1e-12)
     assert np.allclose(s.boot, slow.boot, rtol=1e-12)
@@ -40,28 +42,28 @@ def test_cell_stats_is_scale_equivariant_so_offsets_can_scale_cells():
 
 
 def test_simulated_cells_measure_the_per_token_cost_and_grow_noisier_with_depth():
-    sim = cf.Sim(pool=60)
-    rg = cf.REGIMES["h200"]
+    sim = sim_.Sim(pool=60)
+    rg = sim_.REGIMES["h200"]
     sd = []
-    for d in cf.DEPTHS:
-        est = np.array([c.estimate for c in sim.pool(0.0, d, rg, cf.ROUNDS)])
-        assert np.median(est) == pytest.approx(cf.TPT_MS[d], rel=0.01)
+    for d in sim_.DEPTHS:
+        est = np.array([c.estimate for c in sim.pool(0.0, d, rg, sim_.ROUNDS)])
+        assert np.median(est) == pytest.approx(sim_.TPT_MS[d], rel=0.01)
         sd.append(np.std(np.log(est)))
     assert sd[0] < sd[1] < sd[2]
 
 
 def test_server_offsets_are_shared_by_the_depths_a_server_serves():
-    sim = cf.Sim(pool=30)
-    cells = sim.servers(cf.Regime("t", 0.2, 0.0, (1e-6,) * 3), "a", 2, {})
+    sim = sim_.Sim(pool=30)
+    cells = sim.servers(sim_.Regime("t", 0.2, 0.0, (1e-6,) * 3), "a", 2, {})
     by = {}
     for _arm, d, server, c in cells:
-        by.setdefault(server, []).append(c.estimate / cf.TPT_MS[d])
+        by.setdefault(server, []).append(c.estimate / sim_.TPT_MS[d])
     assert all(np.ptp(v) < 1e-3 for v in by.values()) and len(by) == 2
 
 
 def test_vectorised_mcnemar_is_mcnemar_exact():
     b, c = np.array([0, 1, 9, 3, 5, 0, 7, 40]), np.array([0, 9, 1, 1, 5, 5, 30, 35])
-    assert cf.mcnemar_p(b, c) == pytest.approx([signoff.mcnemar_exact(int(x), int(y)) for x, y in zip(b, c)])
+    assert sim_.mcnemar_p(b, c) == pytest.approx([signoff.mcnemar_exact(int(x), int(y)) for x, y in zip(b, c)])
 
 
 # -- between arms ---------------------------------------------------------------------------------
@@ -83,7 +85,7 @@ def test_aa_false_decisions_family_wise_and_coverage(figs, k, regime):
 def test_mde_shrinks_with_servers_and_grows_with_the_server_spread(figs):
     m = {key: figs[f"aa_mde_{key}"].value for key in ("h200_k2", "h200_k4", "cpu_k2", "cpu_k4")}
     assert m["h200_k4"] < m["h200_k2"] and m["cpu_k4"] < m["cpu_k2"] and m["h200_k2"] < m["cpu_k2"]
-    assert all(figs[f"aa_mde_{r}_k{k}"].value > cf.REGIMES[r].min_effect for r in REGIMES for k in (2, 4))
+    assert all(figs[f"aa_mde_{r}_k{k}"].value > sim_.REGIMES[r].min_effect for r in REGIMES for k in (2, 4))
 
 
 @pytest.mark.parametrize("regime", ["h200", "cpu"])
@@ -171,11 +173,11 @@ def test_every_design_meets_its_target(figs):
 
 def test_rates_are_reproducible():
     def draw():
-        sim = cf.Sim(seed=3, pool=40)
+        sim = sim_.Sim(seed=3, pool=40)
         return [
             c.p
             for _ in range(3)
-            for *_, c in cf.family(sim.experiment(cf.REGIMES["cpu"], 2, {"ref": {}, "arm": {}}), "ref", 5.0)
+            for *_, c in sim_.family(sim.experiment(sim_.REGIMES["cpu"], 2, {"ref": {}, "arm": {}}), "ref", 5.0)
         ]
 
     a, b = draw(), draw()

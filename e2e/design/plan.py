@@ -11,8 +11,9 @@ arm by arm instead (each arm walking its depths); cells that share a server shar
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
-from e2e.design.config import Config, order_arms
+from e2e.design.schema import Config, order_arms
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Cell:
     def cell_id(self) -> str:
         return f"p{self.pass_}-d{self.depth}-{self.arm}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("pass_")
         out = {
@@ -42,7 +43,7 @@ class Cell:
         return out if self.rounds is None else {**out, "rounds": self.rounds}
 
     @classmethod
-    def from_dict(cls, c: dict) -> Cell:
+    def from_dict(cls, c: dict[str, Any]) -> Cell:
         """A plan.json entry (formats.PlanEntry checked it)."""
         return cls(
             index=c["index"],
@@ -127,7 +128,7 @@ def assign_slots(cells: list[Cell], n_slots: int, arms: list[str]) -> dict[str, 
     return {g[0].server_key: _group_position(g, arms, depths) % n_slots for g in server_groups(cells)}
 
 
-def slot_balance(cells: list[Cell], assignment: dict[str, int], slot_names: list[str]) -> dict:
+def slot_balance(cells: list[Cell], assignment: dict[str, int], slot_names: list[str]) -> dict[str, Any]:
     """Whether every arm (at every depth, when a server serves one depth) has the same number of
     servers on every slot. Returns {balanced, counts: {"arm@depth": {slot: n}}, problem, suggest}."""
     groups = server_groups(cells)

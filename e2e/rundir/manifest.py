@@ -66,7 +66,8 @@ def installation(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
     try:
         r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
         if r.returncode == 0:
-            return json.loads(r.stdout.strip().splitlines()[-1])
+            probed: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])  # _PROBE prints one object
+            return probed
         return {"error": (r.stderr.strip().splitlines() or ["probe failed"])[-1], "executable": python}
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
         return {"error": repr(exc), "executable": python}

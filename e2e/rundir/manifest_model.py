@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from e2e.design.config import ALPHA, MIN_EFFECT_PCT, first_error
+from e2e.design.config import Alpha, MinEffectPct, first_error
 from e2e.errors import UserError
 
 
@@ -61,8 +61,8 @@ class _ArmCfg(_Open):
 
 
 class _StatsCfg(_Open):
-    alpha: float = Field(default=0.05, **ALPHA)
-    min_effect_pct: float = Field(default=2.0, **MIN_EFFECT_PCT)
+    alpha: Alpha = 0.05
+    min_effect_pct: MinEffectPct = 2.0
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
 
 

@@ -58,107 +58,15 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
     """
     since = time.time()
     recs = _fresh_records(Path(record_dir), since, wait_s)
-    processes = [
-        {
-            "label": _proc_label(r),
-            "role": r.get("role"),
-            "rank": r.get("rank"),
-            "pid": r.get("pid"),
-            "process_name": r.get("process_name"),
-            "runs_model": r.get("runs_model"),
-            "tp_size": r.get("tp_size"),
-            "patches_requested": r.get("patches_requested"),
-            "patches_applied": r.get("patches_applied"),
-            "gate": r.get("gate"),
-            "vllm_version": r.get("vllm_version"),
-            "plugin_dist": r.get("plugin_dist"),
-            "cudagraph_mode": r.get("cudagraph_mode"),
-            "enforce_eager": r.get("enforce_eager"),
-            "model_steps": r.get("model_steps"),
-            "error": r.get("error"),
-            "stale": r["_stale"],
-            "final": r.get("final"),
-            "hooked": r.get("hooked"),
-            "serves_model": _serves_model(r),
-            "hook_status": r.get("hook_status"),
-        }
-        for r in recs
-    ]
-    classes: dict[str, dict[str, Any]] = {}
-    for r in recs:
-        label = _proc_label(r)
-        for key, info in (r.get("layers") or {}).items():
-            c = classes.setdefault(
-                key,
-                {
-                    "layer_class": key,
-                    "geometry": info.get("geometry"),
-                    "n_layers": 0,
-                    "paths": {},
-                    "kernel_args": {},
-                    "processes": [],
-                },
-            )
-            c["n_layers"] = max(c["n_layers"], len(info.get("layers") or []))
-            if label not in c["processes"]:
-                c["processes"].append(label)
-        for cnt in r.get("counts") or []:
-            c = classes.setdefault(
-                cnt["layer_class"],
-                {
-                    "layer_class": cnt["layer_class"],
-                    "geometry": None,
-                    "n_layers": 0,
-                    "paths": {},
-                    "kernel_args": {},
-                    "processes": [],
-                },
-            )
-            c["paths"][cnt["path"]] = c["paths"].get(cnt["path"], 0) + cnt["n"]
-            if cnt.get("kernel_args"):
-                ka = c["kernel_args"].setdefault(cnt["path"], [])
-                if cnt["kernel_args"] not in ka:
-                    ka.append(cnt["kernel_args"])
-            if label not in c["processes"]:
-                c["processes"].append(label)
-    for c in classes.values():
-        c["path"] = decisive_path(c["paths"])
-    gate: dict[tuple, dict[str, Any]] = {}
-    for r in recs:
-        for g in r.get("gate_calls") or []:
-            k = tuple(
-                json.dumps(g.get(f))
-                for f in (
-                    "layer_class",
-                    "qtype",
-                    "head_size",
-                    "block_size",
-                    "gqa_ratio",
-                    "sliding_window",
-                    "kv_cache_dtype",
-                    "answer",
-                )
-            )
-            e = gate.setdefault(
-                k,
-                {
-                    **{f: g.get(f) for f in g if f not in ("n", "max_seq_len_min", "max_seq_len_max")},
-                    "n": 0,
-                    "processes": [],
-                },
-            )
-            e["n"] += g["n"]
-            if _proc_label(r) not in e["processes"]:
-                e["processes"].append(_proc_label(r))
     notes = sorted({r["counts_note"] for r in recs if r.get("counts_note")})
-    modes = sorted({r.get("routing_mode") for r in recs if r.get("routing_mode")})
-    out = {
+    modes = sorted({r["routing_mode"] for r in recs if r.get("routing_mode")})
+    out: dict[str, Any] = {
         "arm": arm.name,
         "patches": list(arm.patches),
         "n_processes": len(recs),
-        "processes": processes,
-        "layer_classes": sorted(classes.values(), key=lambda c: c["layer_class"]),
-        "gate": list(gate.values()),
+        "processes": [_process_row(r) for r in recs],
+        "layer_classes": _layer_classes(recs),
+        "gate": _gate_calls(recs),
         "counts_since": "server start",
         "counts_note": notes,
         "routing_mode": modes,
@@ -183,6 +91,97 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
             if r.get("runs_model")
         )
     return out
+
+
+def _process_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One process as the folded `routing` lists it."""
+    return {
+        "label": _proc_label(r),
+        "role": r.get("role"),
+        "rank": r.get("rank"),
+        "pid": r.get("pid"),
+        "process_name": r.get("process_name"),
+        "runs_model": r.get("runs_model"),
+        "tp_size": r.get("tp_size"),
+        "patches_requested": r.get("patches_requested"),
+        "patches_applied": r.get("patches_applied"),
+        "gate": r.get("gate"),
+        "vllm_version": r.get("vllm_version"),
+        "plugin_dist": r.get("plugin_dist"),
+        "cudagraph_mode": r.get("cudagraph_mode"),
+        "enforce_eager": r.get("enforce_eager"),
+        "model_steps": r.get("model_steps"),
+        "error": r.get("error"),
+        "stale": r["_stale"],
+        "final": r.get("final"),
+        "hooked": r.get("hooked"),
+        "serves_model": _serves_model(r),
+        "hook_status": r.get("hook_status"),
+    }
+
+
+def _layer_class(classes: dict[str, dict[str, Any]], key: str, geometry: Any) -> dict[str, Any]:
+    return classes.setdefault(
+        key, {"layer_class": key, "geometry": geometry, "n_layers": 0, "paths": {}, "kernel_args": {}, "processes": []}
+    )
+
+
+def _layer_classes(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per layer class, over every process: its layers, the paths it took (counts summed), the kernel
+    arguments seen per path, the processes it ran in, and the decisive path; sorted by class."""
+    classes: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        label = _proc_label(r)
+        for key, info in (r.get("layers") or {}).items():
+            c = _layer_class(classes, key, info.get("geometry"))
+            c["n_layers"] = max(c["n_layers"], len(info.get("layers") or []))
+            if label not in c["processes"]:
+                c["processes"].append(label)
+        for cnt in r.get("counts") or []:
+            c = _layer_class(classes, cnt["layer_class"], None)
+            c["paths"][cnt["path"]] = c["paths"].get(cnt["path"], 0) + cnt["n"]
+            if cnt.get("kernel_args"):
+                ka = c["kernel_args"].setdefault(cnt["path"], [])
+                if cnt["kernel_args"] not in ka:
+                    ka.append(cnt["kernel_args"])
+            if label not in c["processes"]:
+                c["processes"].append(label)
+    for c in classes.values():
+        c["path"] = decisive_path(c["paths"])
+    return sorted(classes.values(), key=lambda c: c["layer_class"])
+
+
+# What makes two gate calls the same question (the gate's answer included).
+_GATE_KEY = (
+    "layer_class",
+    "qtype",
+    "head_size",
+    "block_size",
+    "gqa_ratio",
+    "sliding_window",
+    "kv_cache_dtype",
+    "answer",
+)
+
+
+def _gate_calls(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gate's distinct calls over every process, with how often and where each was asked."""
+    gate: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in recs:
+        for g in r.get("gate_calls") or []:
+            k = tuple(json.dumps(g.get(f)) for f in _GATE_KEY)
+            e = gate.setdefault(
+                k,
+                {
+                    **{f: g.get(f) for f in g if f not in ("n", "max_seq_len_min", "max_seq_len_max")},
+                    "n": 0,
+                    "processes": [],
+                },
+            )
+            e["n"] += g["n"]
+            if _proc_label(r) not in e["processes"]:
+                e["processes"].append(_proc_label(r))
+    return list(gate.values())
 
 
 def step_gaps(folded: dict[str, Any]) -> list[str]:

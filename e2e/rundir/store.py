@@ -267,7 +267,7 @@ class RunStore:
         return max(used, default=-1) + 1
 
 
-def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict]:
+def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt), and
     are its timed rounds (never a server's closing "bookend" rounds, e2e/stats/bookends.py)."""
     attempts = {(c["cell_id"], c["attempt"]) for c in cells}

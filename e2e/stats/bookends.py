@@ -41,7 +41,8 @@ def round_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int) -> np.nd
     """Per-round differenced decode ms/token of valid rounds (both lengths valid), in round order."""
     long_, short = stats.round_values(rows, n_long, n_short)
     d = (long_ - short) / (n_long - n_short) * 1e3
-    return d[np.isfinite(d)]
+    valid: np.ndarray = d[np.isfinite(d)]
+    return valid
 
 
 def smallest_p(n_open: int, n_close: int) -> float:
@@ -62,7 +63,8 @@ def step_p(opening: np.ndarray, closing: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def flagged(p: np.ndarray, step: np.ndarray, alpha: float, min_step_pct: float) -> np.ndarray:
-    return (p < alpha) & (np.abs(step) >= min_step_pct)
+    out: np.ndarray = (p < alpha) & (np.abs(step) >= min_step_pct)
+    return out
 
 
 def evaluate(

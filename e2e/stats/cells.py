@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -121,14 +122,16 @@ def bootstrap_estimates(
         ml = med(long_s[idx], axis=1)
         ms = med(short_s[idx], axis=1)
     b = (ml - ms) / (n_long - n_short) * 1e3
-    return b[np.isfinite(b)]
+    kept: np.ndarray = b[np.isfinite(b)]
+    return kept
 
 
 def _row_median(x: np.ndarray, axis: int = 1) -> np.ndarray:
     """np.median along rows of a 2-D array (same values: the middle one, or the mean of the two)."""
     s = np.sort(x, axis=axis)
     k = s.shape[1]
-    return s[:, k // 2] if k % 2 else (s[:, k // 2 - 1] + s[:, k // 2]) / 2
+    mid: np.ndarray = s[:, k // 2] if k % 2 else (s[:, k // 2 - 1] + s[:, k // 2]) / 2
+    return mid
 
 
 class _quiet_nan:
@@ -141,8 +144,8 @@ class _quiet_nan:
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc: object) -> None:
-        self._w.__exit__(*exc)
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._w.__exit__(kind, exc, tb)
 
 
 def percentile_ci(samples: np.ndarray, level: float = LEVEL) -> tuple[float, float] | None:
@@ -333,23 +336,26 @@ def cell_stats(
     hw = cs.half_width_rel
     if hw is not None and hw > WIDE_CI_WARN:
         warnings.append(f"imprecise: interval half-width {100 * hw:.1f} % of the estimate")
-    srv_l = [
-        r["server_decode_s"]
-        for r in rows
-        if r.get("valid") and r.get("n_tokens") == n_long and r.get("server_decode_s") is not None
-    ]
-    srv_s = [
-        r["server_decode_s"]
-        for r in rows
-        if r.get("valid") and r.get("n_tokens") == n_short and r.get("server_decode_s") is not None
-    ]
-    cs.server_estimate = differenced_ms(srv_l, srv_s, n_long, n_short)
-    if est is not None and cs.server_estimate:
-        cs.disagreement = (est - cs.server_estimate) / cs.server_estimate
-        if abs(cs.disagreement) > DISAGREE_WARN:
-            warnings.append(f"client and server decode disagree by {100 * cs.disagreement:+.1f} %")
+    _check_against_server(cs, rows)
     _check_against_client(cs, rows, long_s, short_s, seed)
     return cs
+
+
+def _check_against_server(cs: CellStats, rows: Sequence[dict[str, Any]]) -> None:
+    """The server's own decode time differenced the same way, and whether the estimate is far from it."""
+
+    def decode_s(n: int) -> list[float]:
+        return [
+            r["server_decode_s"]
+            for r in rows
+            if r.get("valid") and r.get("n_tokens") == n and r.get("server_decode_s") is not None
+        ]
+
+    cs.server_estimate = differenced_ms(decode_s(cs.n_long), decode_s(cs.n_short), cs.n_long, cs.n_short)
+    if cs.estimate is not None and cs.server_estimate:
+        cs.disagreement = (cs.estimate - cs.server_estimate) / cs.server_estimate
+        if abs(cs.disagreement) > DISAGREE_WARN:
+            cs.warnings.append(f"client and server decode disagree by {100 * cs.disagreement:+.1f} %")
 
 
 def _check_against_client(
@@ -383,7 +389,8 @@ def _paired_boot(long_s: np.ndarray, short_s: np.ndarray, n_long: int, n_short: 
     """Bootstrap replicates without dropping any (same length and seed: the same resampled rounds)."""
     k = len(long_s)
     idx = np.random.default_rng(seed).integers(0, k, size=(N_BOOT, k))
-    return (_row_median(long_s[idx]) - _row_median(short_s[idx])) / (n_long - n_short) * 1e3
+    b: np.ndarray = (_row_median(long_s[idx]) - _row_median(short_s[idx])) / (n_long - n_short) * 1e3
+    return b
 
 
 def target_ci_stop_rule(cfg: Any) -> Callable[[list[dict[str, Any]]], bool] | None:
@@ -409,20 +416,20 @@ def pass_agreement(per_pass: dict[int, CellStats]) -> dict[str, Any]:
     """Same arm, same depth across passes: the largest relative difference (max - min) / min of the
     estimates, and whether it exceeds what the two cells' intervals allow (the difference is larger
     than sqrt(hw_max^2 + hw_min^2), the half-width of their difference). One pass: nothing to say."""
-    cells = {p: c for p, c in per_pass.items() if c.estimate is not None}
-    if len(cells) < 2:
-        return {"n_passes": len(cells), "max_rel_diff_pct": None, "flagged": False, "passes": None}
-    lo_p = min(cells, key=lambda p: cells[p].estimate)
-    hi_p = max(cells, key=lambda p: cells[p].estimate)
-    lo, hi = cells[lo_p], cells[hi_p]
-    rel = (hi.estimate - lo.estimate) / lo.estimate
+    est = {p: c.estimate for p, c in per_pass.items() if c.estimate is not None}
+    if len(est) < 2:
+        return {"n_passes": len(est), "max_rel_diff_pct": None, "flagged": False, "passes": None}
+    lo_p = min(est, key=lambda p: est[p])
+    hi_p = max(est, key=lambda p: est[p])
+    lo, hi = per_pass[lo_p].ci, per_pass[hi_p].ci
+    rel = (est[hi_p] - est[lo_p]) / est[lo_p]
     flagged = False
     allowed = None
-    if lo.ci is not None and hi.ci is not None:
-        allowed = math.hypot((lo.ci[1] - lo.ci[0]) / 2, (hi.ci[1] - hi.ci[0]) / 2)
-        flagged = hi.estimate - lo.estimate > allowed
+    if lo is not None and hi is not None:
+        allowed = math.hypot((lo[1] - lo[0]) / 2, (hi[1] - hi[0]) / 2)
+        flagged = est[hi_p] - est[lo_p] > allowed
     return {
-        "n_passes": len(cells),
+        "n_passes": len(est),
         "max_rel_diff_pct": 100 * rel,
         "flagged": flagged,
         "allowed_ms": allowed,

@@ -95,7 +95,10 @@ class _Series:
         return [s for s in range(lo + 1, hi) if sum(self.sizes[lo:s]) >= 2 and sum(self.sizes[s:hi]) >= 2]
 
     def test(self, lo: int, s: int, hi: int) -> tuple[Comparison, str]:
-        cells, runs, before, after = [], [], [], []
+        cells: list[tuple[str, int, str, CellStats]] = []
+        runs: list[str] = []
+        before: list[CellStats] = []
+        after: list[CellStats] = []
         for i in range(lo, hi):
             side = BEFORE if i < s else AFTER
             for j, c in enumerate(self.runs[i]):
@@ -120,10 +123,10 @@ class _Series:
 
     def segment(self, lo: int, hi: int) -> list[int]:
         tested = [(self.test(lo, s, hi)[0], s) for s in self.candidates(lo, hi)]
-        tested = [(c, s) for c, s in tested if c.p is not None]
-        if not tested:
+        with_p = [(c, c.p, s) for c, s in tested if c.p is not None]
+        if not with_p:
             return []
-        best, s = min(tested, key=lambda t: t[0].p)
+        best, _, s = min(with_p, key=lambda t: t[1])
         if self.judged(best)[1] not in (SLOWER, FASTER):
             return []
         return self.segment(lo, s) + [s] + self.segment(s, hi)
@@ -156,7 +159,9 @@ def find_change_points(
         if not weak:
             break
         cps.remove(max(weak, key=lambda j: j[5])[0])
-    return [
-        ChangePoint(s, names[lo:s], names[s:hi], cmp.ratio, cmp.ci, cmp.p, p_adj, dec, cmp, how)
-        for s, lo, hi, cmp, how, p_adj, dec in judged
-    ]
+    out = []
+    for s, lo, hi, cmp, how, p_adj, dec in judged:
+        # every step left is "slower" or "faster", which decide() gives only with a ratio and a p
+        assert cmp.ratio is not None and cmp.p is not None
+        out.append(ChangePoint(s, names[lo:s], names[s:hi], cmp.ratio, cmp.ci, cmp.p, p_adj, dec, cmp, how))
+    return out

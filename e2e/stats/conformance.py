@@ -1,174 +1,28 @@
-"""Conformance of the decision layer: simulated runs with a known truth, through the functions a run
-uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison -> verdicts.decide_family;
-planning for the MDE and the adaptive allocation; changepoints for a history; signoff's
-non-inferiority test on simulated counts). Prints the figures as a markdown table
+"""Conformance of the decision layer: simulated runs with a known truth (e2e/stats/simulation.py),
+through the functions a run uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison
+-> verdicts.decide_family; planning for the MDE and the adaptive allocation; changepoints for a
+history; signoff's non-inferiority test on simulated counts). Prints the figures as a markdown table
 (tests/test_conformance.py asserts them):
 
     python -m e2e.stats.conformance [--experiments N] [--seed S]
 
-The simulation is the reference design: two arms (three in the family check), depths 1K, 8K and 32K,
-64- and 8-token requests, 6 rounds per cell, per-arm-pass servers. A request of n tokens takes
-0.05 s + n * tpt(depth) plus noise whose sd grows with the depth (REGIMES: per value, relative to
-the 64-token request); with `heavy`, 5 % of requests are late by 10 sd x Exp(1) (heavy tails). A
-server's offset (lognormal, `server_sd`) is shared by every depth it serves, and each cell adds its
-own excess (`excess_sd`). Cells are drawn from pools simulated once per (effect, depth, regime,
-rounds) and scaled by the server's offset: cell_stats is scale-equivariant (tested), so this equals
-simulating every server's rows afresh, at a fraction of the time. Every rate comes with its 95 %
-Monte-Carlo (Wilson) interval; a target "<= 5 %" is met when the rate is at most 5 % + 3
-Monte-Carlo standard errors.
+Every rate comes with its 95 % Monte-Carlo (Wilson) interval; a target "<= 5 %" is met when the
+rate is at most 5 % + 3 Monte-Carlo standard errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-from scipy.stats import binom
 
-from e2e.stats import cells as stats
 from e2e.stats import changepoints, planning, signoff
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-
-LONG, SHORT, ROUNDS = 64, 8, 6
-DEPTHS = (1024, 8192, 32768)
-TPT_MS = {1024: 10.9, 8192: 11.0, 32768: 11.4}  # the H200 twin's stock arm
-ALPHA = 0.05
-POOL = 200
-SEED = 20261201
-
-
-@dataclass(frozen=True)
-class Regime:
-    name: str
-    server_sd: float  # log-sd of a server's offset, shared by its depths
-    excess_sd: float  # log-sd of a cell's own excess (server x depth)
-    noise: tuple[float, float, float]  # per-value sd / T64, by depth (grows with the context)
-    heavy: float = 0.0  # share of requests late by 10 sd x Exp(1)
-    min_effect: float = 2.0
-
-
-REGIMES = {
-    "h200": Regime("h200", 0.002, 0.0005, (0.001, 0.002, 0.005), min_effect=1.0),
-    "h200-heavy": Regime("h200-heavy", 0.002, 0.0005, (0.001, 0.002, 0.005), heavy=0.05, min_effect=1.0),
-    "cpu": Regime("cpu", 0.05, 0.01, (0.02, 0.03, 0.05), min_effect=5.0),
-}
-
-
-# -- simulated cells ----------------------------------------------------------------------------
-def cell_rows(
-    rng: np.random.Generator, tpt_ms: float, rel_sd: float, rounds: int = ROUNDS, heavy: float = 0.0
-) -> list[dict[str, Any]]:
-    """One cell's timed rows as measure.py writes them (long/short order alternating by round)."""
-    sd = rel_sd * (0.05 + LONG * tpt_ms / 1e3)
-    rows = []
-    for r in range(rounds):
-        for pos, n in enumerate((LONG, SHORT) if r % 2 == 0 else (SHORT, LONG)):
-            t = 0.05 + n * tpt_ms / 1e3 + rng.normal(0.0, sd)
-            if heavy and rng.random() < heavy:
-                t += 10 * sd * rng.exponential()
-            rows.append({"n_tokens": n, "round": r, "position": pos, "t_client_s": float(t), "valid": True})
-    return rows
-
-
-def scaled(cell: stats.CellStats, f: float) -> stats.CellStats:
-    """The cell as a server f times slower would have measured it (every request time times f)."""
-    out = copy.copy(cell)
-    out.estimate, out.boot = cell.estimate * f, cell.boot * f
-    out.ci = (cell.ci[0] * f, cell.ci[1] * f) if cell.ci else None
-    n = cell.noise
-    out.noise = stats.Noise(n.n_long, n.n_short, n.scale_long * f, n.scale_short * f)
-    return out
-
-
-class Sim:
-    """Pools of simulated cells and experiments drawn from them."""
-
-    def __init__(self, seed: int = SEED, pool: int = POOL):
-        self.seed, self.pool_size = seed, pool
-        self.rng = np.random.default_rng(seed)
-        self.pools: dict[tuple, list[stats.CellStats]] = {}
-
-    def pool(self, effect: float, depth: int, rg: Regime, rounds: int) -> list[stats.CellStats]:
-        key = (round(effect, 10), depth, rg.noise, rg.heavy, rounds)
-        if key not in self.pools:
-            rng = np.random.default_rng(
-                [
-                    self.seed,
-                    int(effect * 1e9) % 2**32,
-                    depth,
-                    rounds,
-                    int(rg.heavy * 100),
-                    int(1e6 * rg.noise[DEPTHS.index(depth)]),
-                ]
-            )
-            rel = rg.noise[DEPTHS.index(depth)]
-            self.pools[key] = [
-                stats.cell_stats(cell_rows(rng, TPT_MS[depth] * (1 + effect), rel, rounds, rg.heavy), LONG, SHORT)
-                for _ in range(self.pool_size)
-            ]
-        return self.pools[key]
-
-    def servers(
-        self,
-        rg: Regime,
-        arm: str,
-        k: int,
-        effects: dict[int, float],
-        rounds: dict[int, int] | int = ROUNDS,
-        tag: str = "",
-        run_offset: float = 0.0,
-    ) -> list[tuple[str, int, str, stats.CellStats]]:
-        """k servers of one arm, each serving every depth (per-arm-pass): (arm, depth, server, cell)."""
-        rounds = rounds if isinstance(rounds, dict) else {d: rounds for d in DEPTHS}
-        out = []
-        for s in range(k):
-            u = self.rng.normal(0.0, rg.server_sd) + run_offset
-            for d in DEPTHS:
-                pool = self.pool(effects.get(d, 0.0), d, rg, rounds[d])
-                c = pool[int(self.rng.integers(len(pool)))]
-                out.append((arm, d, f"{tag}{arm}{s}", scaled(c, math.exp(u + self.rng.normal(0.0, rg.excess_sd)))))
-        return out
-
-    def experiment(self, rg: Regime, k: int, arms: dict[str, dict[int, float]]) -> list[tuple]:
-        return [x for arm, eff in arms.items() for x in self.servers(rg, arm, k, eff)]
-
-
-def family(
-    cells: Sequence[tuple], ref: str, min_effect: float, alpha: float = ALPHA
-) -> list[tuple[str, int, v.Comparison]]:
-    """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm)."""
-    f = vm.fit(cells)
-    arms = list(dict.fromkeys(c[0] for c in cells))
-    out = []
-    for arm in arms:
-        if arm == ref:
-            continue
-        for d in DEPTHS:
-            rc = [c[3] for c in cells if c[0] == ref and c[1] == d]
-            ac = [c[3] for c in cells if c[0] == arm and c[1] == d]
-            out.append((arm, d, v.model_comparison(f, arm, ref, d, rc, ac, alpha, min_effect)))
-    v.decide_family([c for *_, c in out], alpha)
-    return out
-
-
-def true_components(
-    rg: Regime, arms: Sequence[str], effects: dict[str, dict[int, float]] | None = None
-) -> planning.Components:
-    """The simulation's truth as planning reads a fit: per-value variance relative to the difference."""
-    q = {}
-    for a in arms:
-        for d in DEPTHS:
-            e = (effects or {}).get(a, {}).get(d, 0.0)
-            sd = rg.noise[DEPTHS.index(d)] * (0.05 + LONG * TPT_MS[d] / 1e3)
-            diff = (LONG - SHORT) * TPT_MS[d] * (1 + e) / 1e3
-            q[(a, d)] = ((sd / diff) ** 2,) * 2
-    return planning.Components(rg.server_sd**2, rg.excess_sd**2, q, source="truth")
+from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, ROUNDS, SEED, Regime, Sim, family, ni_rates, true_components
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -209,6 +63,11 @@ def _at_least(key: str, what: str, design: str, xs: list[bool], p: float) -> Fig
     return Figure(key, what, design, _rate(xs), len(xs), "always" if p == 1 else f">= {100 * p:g} %", _rate(xs) >= p)
 
 
+def _covers_one(c: v.Comparison) -> bool:
+    """The interval covers the true ratio of an A/A design (no interval: it covers nothing)."""
+    return c.ci is not None and c.ci[0] <= 1 <= c.ci[1]
+
+
 def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
     out = []
     decided = (v.SLOWER, v.FASTER)
@@ -231,7 +90,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
                     f"aa_coverage_{tag}",
                     "95 % interval covers the true ratio (per comparison)",
                     d,
-                    [c.ci[0] <= 1 <= c.ci[1] for f in fams for *_, c in f],
+                    [_covers_one(c) for f in fams for *_, c in f],
                     0.93,
                 )
             )
@@ -297,6 +156,7 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
         cells = planning.hypothetical_cells(["ref", "arm"], DEPTHS, k, {dd: ROUNDS for dd in DEPTHS}, True)
         se, df = planning.predict(comp, cells, "ref", [("arm", DEPTHS[-1])])[("arm", DEPTHS[-1])]
         mde = planning.mde_pct(se, df, v.family_step(3, ALPHA), rg.min_effect)
+        assert mde is not None  # the true variance is positive and the designs resolve a few %
         d = f"true change at 32K = the MDE of the true variance ({mde:.2f} %), {name}, {k} servers per arm"
         r = _rate([at_32k(sim, rg, k, mde / 100).decision == v.SLOWER for _ in range(n)])
         out.append(
@@ -381,6 +241,7 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
         for _ in range(n):
             pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
             f = vm.fit(pilot)
+            assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
             existing = list(f.design.cells)
             alloc = planning.allocate(
                 planning.Components.of(f),
@@ -396,8 +257,8 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
                 x for arm in ("ref", "arm") for x in sim.servers(rg, arm, alloc.extra_passes, {}, alloc.rounds, tag="x")
             ]
             fam = family(pilot + more, "ref", rg.min_effect)
-            cover += [c.ci[0] <= 1 <= c.ci[1] for *_, c in fam]
-            met.append(all(c.ci_half_width_pct <= target for *_, c in fam))
+            cover += [_covers_one(c) for *_, c in fam]
+            met.append(all(c.ci_half_width_pct is not None and c.ci_half_width_pct <= target for *_, c in fam))
             extra.append(alloc.extra_passes)
         d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
         r, slack = _rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
@@ -459,34 +320,13 @@ def history_figures(sim: Sim, n: int, runs: int = 8, k: int = 3) -> list[Figure]
     ]
 
 
-def _ni_rates(
-    rng: np.random.Generator, n_q: int, drop: float, psi: float, margin: float, n: int
-) -> tuple[float, float, float]:
-    """Simulated (pass, fail, old-rule pass) rates: counts drawn per experiment, judged by the
-    test compare() uses (signoff.ni_test) and by the old rule (McNemar p >= alpha and drop <= margin)."""
-    cnt = rng.multinomial(n_q, [(psi + drop) / 2, (psi - drop) / 2, 1 - psi], size=n)
-    b, c = cnt[:, 0], cnt[:, 1]
-    passed, failed = signoff.ni_test(b, c, n_q, margin, ALPHA)
-    old = (mcnemar_p(b, c) >= ALPHA) & ((b - c) / n_q <= margin + 1e-12)
-    return float(passed.mean()), float(failed.mean()), float(old.mean())
-
-
-def mcnemar_p(a_only: np.ndarray, b_only: np.ndarray) -> np.ndarray:
-    """signoff.mcnemar_exact, vectorised: for p = 1/2 the two-sided exact binomial p-value is
-    min(1, 2 P(X <= min(a_only, b_only))), X ~ Bin(a_only + b_only, 1/2); 1 with nothing discordant."""
-    d = a_only + b_only
-    with np.errstate(invalid="ignore"):
-        p = np.minimum(1.0, 2 * binom.cdf(np.minimum(a_only, b_only), d, 0.5))
-    return np.where(d == 0, 1.0, p)
-
-
 def gsm8k_figures(n: int, seed: int = SEED) -> list[Figure]:
     rng = np.random.default_rng([seed, 8])
     m, out = 0.01, []
     for n_q, psi in ((1319, 0.05), (100, 0.10), (10, 0.20)):
         for drop, label in ((m, "= margin"), (1.5 * m, "1.5 x margin")):
             d = f"{n_q} questions, true drop {100 * drop:g} pts ({label}), discordance {100 * psi:g} %, margin 1 pt"
-            p, _, old = _ni_rates(rng, n_q, drop, psi, m, n)
+            p, _, old = ni_rates(rng, n_q, drop, psi, m, n)
             key = f"ni_{n_q}_{'m' if drop == m else 'm15'}"
             out.append(
                 Figure(
@@ -511,7 +351,7 @@ def gsm8k_figures(n: int, seed: int = SEED) -> list[Figure]:
         )
     for psi in (0.02, 0.05):
         d = f"A/A, 1319 questions, discordance {100 * psi:g} %, margin 1 pt"
-        p, f, _ = _ni_rates(rng, 1319, 0.0, psi, m, n)
+        p, f, _ = ni_rates(rng, 1319, 0.0, psi, m, n)
         out.append(
             Figure(
                 f"aa_fail_{round(100 * psi)}",
@@ -525,8 +365,9 @@ def gsm8k_figures(n: int, seed: int = SEED) -> list[Figure]:
         )
         out.append(Figure(f"aa_pass_{round(100 * psi)}", '"pass" (power)', d, p, n))
     need = signoff.questions_needed(m, ALPHA, 0.80, 0.02)
+    assert need is not None  # None only for a true drop at or above the margin
     d = f"A/A at questions_needed(1 pt, discordance 2 %) = {need} questions"
-    p, _, _ = _ni_rates(rng, need, 0.0, 0.02, m, n)
+    p, _, _ = ni_rates(rng, need, 0.0, 0.02, m, n)
     out.append(
         Figure(
             "ni_needed_power",

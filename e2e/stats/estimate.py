@@ -77,7 +77,8 @@ def estimator_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int, esti
     vals = {n: [f(r) for r in rows if r["n_tokens"] == n] for n in (n_long, n_short)}
     if any(v is None for vs in vals.values() for v in vs):
         return None
-    return differenced_ms(vals[n_long], vals[n_short], n_long, n_short)
+    known = {n: [v for v in vs if v is not None] for n, vs in vals.items()}  # all of them: typed float
+    return differenced_ms(known[n_long], known[n_short], n_long, n_short)
 
 
 def cell_estimate(rows: list[dict[str, Any]], n_long: int, n_short: int) -> dict[str, Any]:
@@ -96,6 +97,6 @@ def cell_estimate(rows: list[dict[str, Any]], n_long: int, n_short: int) -> dict
         "decode_corrected_ms_per_token": estimator_ms(rows, n_long, n_short, CORRECTED),
         "server_decode_ms_per_token": differenced_ms(dl, ds, n_long, n_short),
         # The long request's own decode span over its (n_long - 1) inter-token steps.
-        "server_itl_ms": (_med(dl) / (n_long - 1) * 1e3) if dl else None,
-        "client_overhead_ms_median": (_med(overhead) * 1e3) if overhead else None,
+        "server_itl_ms": (median(dl) / (n_long - 1) * 1e3) if dl else None,
+        "client_overhead_ms_median": (median(overhead) * 1e3) if overhead else None,
     }

@@ -33,6 +33,7 @@ from scipy import optimize, special
 from scipy import stats as st
 
 from e2e.stats import variance_model as vm
+from e2e.stats.cells import median_variance_factor
 
 POWER = 0.80
 MAX_PLAN_SERVERS = 64  # servers_needed above this: None ("more than 64")
@@ -50,7 +51,8 @@ def _w_nodes(df: float) -> np.ndarray:
     if df >= vm.MAX_DF:
         return np.ones(1)
     u = (np.arange(200) + 0.5) / 200
-    return np.sqrt(st.chi2.ppf(u, df) / df)
+    w: np.ndarray = np.sqrt(st.chi2.ppf(u, df) / df)
+    return w
 
 
 def power(delta: float, se: float, df: float, alpha: float, min_effect_pct: float) -> float:
@@ -149,10 +151,10 @@ def predict(
     q, nu = np.zeros((G, 2)), np.zeros((G, 2))
     for j, g in enumerate(d.groups):
         q[j] = comp.q[g]
-    for c in d.cells:
-        j = d.group(c.arm, c.depth)
-        nu[j, 0] += vm.median_variance_factor(c.n_long)[1]
-        nu[j, 1] += vm.median_variance_factor(c.n_short)[1]
+    for cell in d.cells:
+        j = d.groups.index((cell.arm, cell.depth))
+        nu[j, 0] += median_variance_factor(cell.n_long)[1]
+        nu[j, 1] += median_variance_factor(cell.n_short)[1]
     inf = vm.Inference(
         d, vm.Noise(q, nu), (comp.sigma2_server, comp.tau2) if d.kept else (comp.sigma2_server + comp.tau2,)
     )

@@ -355,28 +355,8 @@ def compare(
     m_min = min_questions(max_accuracy_drop, alpha)
     psi = (a_only + b_only) / n
     need = questions_needed(max_accuracy_drop, alpha, 0.80, psi) if max_accuracy_drop > 0 else None
-    pts = f"one-sided {100 * conf:g} %"
-    reasons, notes = [], []
-    if ni["verdict"] == "fail":
-        reasons.append(
-            f"the drop exceeds the margin: {pts} lower bound {100 * ni['drop_lower']:.2f} points "
-            f"> {100 * max_accuracy_drop:.2f} ({a_only} right only under A, {b_only} only under B)"
-        )
-    elif ni["verdict"] == "inconclusive":
-        r = (
-            f"not shown within the margin: {pts} upper bound of the drop {100 * ni['drop_upper']:.2f} "
-            f"points > {100 * max_accuracy_drop:.2f}"
-        )
-        if m_min is None:
-            r += "; a margin of 0 is shown only when B is significantly better"
-        elif n < m_min:
-            r += (
-                f"; {n} questions cannot show a drop below the margin: it needs at least {m_min} "
-                "even with no discordant answer"
-            )
-        elif need is not None:
-            r += f"; at this discordance ({100 * psi:.1f} %) about {need} questions give 80 % power"
-        reasons.append(r)
+    reasons = _reasons(ni, n, a_only, b_only, max_accuracy_drop, conf, m_min, need)
+    notes = []
     if p < alpha:
         notes.append(
             f"exact McNemar p = {p:.3g} < {alpha:g}: accuracy differs ({a_only} right only "
@@ -407,6 +387,42 @@ def compare(
         "reasons": reasons,
         "notes": notes,
     }
+
+
+def _reasons(
+    ni: dict[str, Any],
+    n: int,
+    a_only: int,
+    b_only: int,
+    margin: float,
+    conf: float,
+    m_min: int | None,
+    need: int | None,
+) -> list[str]:
+    """Why the verdict is not "pass", in words: the bound that decided it, and for "inconclusive"
+    what more questions could do."""
+    pts = f"one-sided {100 * conf:g} %"
+    if ni["verdict"] == "fail":
+        return [
+            f"the drop exceeds the margin: {pts} lower bound {100 * ni['drop_lower']:.2f} points "
+            f"> {100 * margin:.2f} ({a_only} right only under A, {b_only} only under B)"
+        ]
+    if ni["verdict"] != "inconclusive":
+        return []
+    r = (
+        f"not shown within the margin: {pts} upper bound of the drop {100 * ni['drop_upper']:.2f} "
+        f"points > {100 * margin:.2f}"
+    )
+    if m_min is None:
+        r += "; a margin of 0 is shown only when B is significantly better"
+    elif n < m_min:
+        r += (
+            f"; {n} questions cannot show a drop below the margin: it needs at least {m_min} "
+            "even with no discordant answer"
+        )
+    elif need is not None:
+        r += f"; at this discordance ({100 * ((a_only + b_only) / n):.1f} %) about {need} questions give 80 % power"
+    return [r]
 
 
 def overall_verdict(verdicts: Iterable[str]) -> str:

@@ -111,7 +111,8 @@ class Design:
             return None
 
     def n_per_group(self) -> np.ndarray:
-        return self.X.sum(axis=0)
+        n: np.ndarray = self.X.sum(axis=0)
+        return n
 
     @property
     def residual_df(self) -> int:
@@ -128,7 +129,8 @@ class Noise:
 
     def v(self, d: Design) -> np.ndarray:
         """Each cell's sampling variance of log(estimate), and any known extra variance."""
-        return d.k_long @ self.q[:, 0] + d.k_short @ self.q[:, 1] + d.extra
+        v: np.ndarray = d.k_long @ self.q[:, 0] + d.k_short @ self.q[:, 1] + d.extra
+        return v
 
 
 @dataclass
@@ -183,7 +185,8 @@ class Fit:
         a, r = self.design.group(arm, depth), self.design.group(ref, depth)
         if a is None or r is None:
             return None
-        return self.inference.C[np.ix_([a, r], [a, r])]
+        cov: np.ndarray = self.inference.C[np.ix_([a, r], [a, r])]
+        return cov
 
     @property
     def inference(self) -> Inference:
@@ -232,6 +235,8 @@ def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
     num, den = np.zeros((G, 2)), np.zeros((G, 2))
     for c, cs in zip(d.cells, cells):
         j = d.group(c.arm, c.depth)
+        if cs.estimate is None or cs.noise is None:
+            continue  # no noise to pool (fit keeps no such cell)
         diff_s = cs.estimate * (cs.n_long - cs.n_short) / 1e3
         for col, (n, scale) in enumerate(
             ((cs.noise.n_long, cs.noise.scale_long), (cs.noise.n_short, cs.noise.scale_short))
@@ -247,7 +252,7 @@ def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
 
 
 # -- REML -------------------------------------------------------------------------------------------
-def _V(d: Design, v: np.ndarray, theta: Sequence[float]) -> np.ndarray:
+def _V(d: Design, v: np.ndarray, theta: Sequence[float] | np.ndarray) -> np.ndarray:
     V = np.diag(theta[-1] + v)
     for t, M in zip(theta[:-1], d.ZZs):
         V = V + t * M
@@ -298,18 +303,19 @@ def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[floa
             step = np.linalg.pinv(info) @ g
             free = ~((t <= 0) & (g < 0))  # at the bound and pushed out: stays there
             step = np.where(free, step, 0.0)
-            lam, moved = 1.0, False
+            lam = 1.0
+            moved: tuple[float, np.ndarray, np.ndarray] | None = None  # the state a step reached
             while lam > 1e-6:
                 t_new = np.maximum(t + lam * step, 0.0)
                 st_new = state(t_new)
                 if st_new is not None and st_new[0] <= f + 1e-12 * (1 + abs(f)):
-                    moved = True
+                    moved = st_new
                     break
                 lam /= 2
-            if not moved:
+            if moved is None:
                 return t, f, True  # no step helps: a (boundary) optimum
-            done = np.all(np.abs(t_new - t) <= 1e-6 * s0) or abs(st_new[0] - f) <= 1e-10 * (1 + abs(f))
-            t, (f, g, info) = t_new, st_new
+            done = np.all(np.abs(t_new - t) <= 1e-6 * s0) or abs(moved[0] - f) <= 1e-10 * (1 + abs(f))
+            t, (f, g, info) = t_new, moved
             if done:
                 return t, f, True
         return t, f, False
@@ -373,21 +379,21 @@ def fit(
     depth on one server at most)."""
     runs = list(runs) if runs is not None else [""] * len(cells)
     keep = [
-        (a, dp, s, cs, r)
+        (a, dp, s, cs, cs.estimate, cs.noise, r)
         for (a, dp, s, cs), r in zip(cells, runs)
         if cs.estimate is not None and cs.estimate > 0 and cs.noise is not None
     ]
     if not keep:
         return None
     d = Design(
-        [Cell(a, dp, s, cs.noise.n_long, cs.noise.n_short, r) for a, dp, s, cs, r in keep],
+        [Cell(a, dp, s, nz.n_long, nz.n_short, r) for a, dp, s, _, _, nz, r in keep],
         factors,
-        np.array([(extra or {}).get(s, 0.0) for _, _, s, _, _ in keep]),
+        np.array([(extra or {}).get(s, 0.0) for _, _, s, *_ in keep]),
     )
     if d.residual_df < 1:
         return None
     stats_ = [k[3] for k in keep]
-    y = np.log([cs.estimate for cs in stats_])
+    y = np.log([k[4] for k in keep])
     noise = pool_noise(d, stats_)
     theta, ok = _fit_components(d, y, noise.v(d))
     inf = Inference(d, noise, theta)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from scipy import special
@@ -128,6 +128,16 @@ class Comparison:
         }
 
 
+class _Shared(TypedDict):
+    """What every comparison of one test carries, whatever its outcome."""
+
+    alpha: float
+    min_effect_pct: float
+    level: float
+    n_ref: int
+    n_arm: int
+
+
 def decide(ratio: float | None, p: float | None, p_equiv: float | None, alpha: float, min_effect_pct: float) -> str:
     """The rule for ratio = arm / reference: see the module docstring. p None: no test."""
     if ratio is None:
@@ -145,7 +155,7 @@ def _check(alpha: float, min_effect_pct: float) -> None:
         raise UserError(f"min_effect_pct must be >= 0, got {min_effect_pct}")
 
 
-def _within(ref: Sequence[CellStats], arm: Sequence[CellStats], base: dict[str, Any], level: float) -> Comparison:
+def _within(ref: Sequence[CellStats], arm: Sequence[CellStats], base: _Shared, level: float) -> Comparison:
     """One server in an arm: what the cells' own robust noise says, never a decision."""
     er = [c.estimate for c in ref if c.estimate and c.estimate > 0]
     ea = [c.estimate for c in arm if c.estimate and c.estimate > 0]
@@ -199,7 +209,7 @@ def model_comparison(
     _check(alpha, min_effect_pct)
     kr = sum(1 for c in ref_cells if c.estimate and c.estimate > 0)
     ka = sum(1 for c in arm_cells if c.estimate and c.estimate > 0)
-    base = dict(alpha=alpha, min_effect_pct=min_effect_pct, level=level, n_ref=kr, n_arm=ka)
+    base = _Shared(alpha=alpha, min_effect_pct=min_effect_pct, level=level, n_ref=kr, n_arm=ka)
     if kr == 0 or ka == 0:
         return Comparison(
             None,
@@ -219,6 +229,10 @@ def model_comparison(
     if kr < 2 or ka < 2 or fit is None:
         return _within(ref_cells, arm_cells, base, level)
     e = fit.contrast(arm, ref, depth)
+    ma, mr = fit.mean(arm, depth), fit.mean(ref, depth)
+    cov = fit.covariance(arm, ref, depth)
+    if e is None or ma is None or mr is None or cov is None:
+        return _within(ref_cells, arm_cells, base, level)  # the fit holds no cell of one side
     ratio = math.exp(e.value)
     model = (
         f"one variance model over every server and depth ({fit.design.components}; REML, "
@@ -239,8 +253,6 @@ def model_comparison(
         warnings=list(fit.warnings),
         **base,
     )
-    ma, mr = fit.mean(arm, depth), fit.mean(ref, depth)
-    cov = fit.covariance(arm, ref, depth)
     diff = math.exp(ma.value) - math.exp(mr.value)
     grad = np.array([math.exp(ma.value), -math.exp(mr.value)])
     out.diff_ms = diff
@@ -274,56 +286,46 @@ def within_server_ratio(
     independent bootstrap replicates; no test and no decision (decision None): the interval knows
     nothing of between-server variance."""
     model = "per pass: the two servers only, bootstrap ratio interval (within-server); no decision"
-    base = dict(
-        alpha=alpha,
-        min_effect_pct=min_effect_pct,
-        level=level,
-        p=None,
-        p_equiv=None,
-        df=None,
-        se_log=None,
-        model=model,
-        decision=None,
-    )
-    if ref.estimate is None or arm.estimate is None or ref.estimate <= 0 or arm.estimate <= 0:
-        return Comparison(
-            None,
-            None,
-            None,
-            n_ref=0,
-            n_arm=0,
-            diff_ms=None,
-            diff_ci=None,
-            warnings=["no estimate in one of the two cells"],
-            **base,
-        )
-    ratio, diff = arm.estimate / ref.estimate, arm.estimate - ref.estimate
-    if ref.boot.size == 0 or arm.boot.size == 0:
+
+    def row(
+        ratio: float | None,
+        ci: tuple[float, float] | None,
+        kind: str | None,
+        n: int,
+        diff: float | None,
+        diff_ci: tuple[float, float] | None,
+        warnings: list[str],
+    ) -> Comparison:
         return Comparison(
             ratio,
-            None,
-            None,
-            n_ref=1,
-            n_arm=1,
+            ci,
+            kind,
+            p=None,
+            p_equiv=None,
+            df=None,
+            se_log=None,
+            n_ref=n,
+            n_arm=n,
+            model=model,
+            decision=None,
             diff_ms=diff,
-            diff_ci=None,
-            warnings=["no interval: too few rounds in a cell"],
-            **base,
+            diff_ci=diff_ci,
+            alpha=alpha,
+            min_effect_pct=min_effect_pct,
+            level=level,
+            warnings=warnings,
         )
+
+    if ref.estimate is None or arm.estimate is None or ref.estimate <= 0 or arm.estimate <= 0:
+        return row(None, None, None, 0, None, None, ["no estimate in one of the two cells"])
+    ratio, diff = arm.estimate / ref.estimate, arm.estimate - ref.estimate
+    if ref.boot.size == 0 or arm.boot.size == 0:
+        return row(ratio, None, None, 1, diff, None, ["no interval: too few rounds in a cell"])
     rng = np.random.default_rng(seed + 1)
     n = min(ref.boot.size, arm.boot.size)
     rb, ab = rng.choice(ref.boot, n), rng.choice(arm.boot, n)
     keep = rb > 0
-    return Comparison(
-        ratio,
-        percentile_ci(ab[keep] / rb[keep], level),
-        WITHIN,
-        n_ref=1,
-        n_arm=1,
-        diff_ms=diff,
-        diff_ci=percentile_ci(ab - rb, level),
-        **base,
-    )
+    return row(ratio, percentile_ci(ab[keep] / rb[keep], level), WITHIN, 1, diff, percentile_ci(ab - rb, level), [])
 
 
 # -- the family -------------------------------------------------------------------------------
@@ -356,12 +358,13 @@ def decide_family(comparisons: Sequence[Comparison], alpha: float, method: str =
     family's strictest step, and return one line saying what was done. Comparisons without a test
     keep their decision; per-pass rows (None) too."""
     check_alpha(alpha)
-    fam = [c for c in comparisons if c.decision is not None and c.p is not None]
-    eq = [c for c in fam if c.p_equiv is not None]
-    for c, pa in zip(fam, adjust([c.p for c in fam], method)):
+    tested = [(c, c.p) for c in comparisons if c.decision is not None and c.p is not None]
+    equiv = [(c, c.p_equiv) for c, _ in tested if c.p_equiv is not None]
+    for (c, _), pa in zip(tested, adjust([p for _, p in tested], method)):
         c.p_adjusted = pa
-    for c, pe in zip(eq, adjust([c.p_equiv for c in eq], method)):
+    for (c, _), pe in zip(equiv, adjust([p for _, p in equiv], method)):
         c.p_equiv_adjusted = pe
+    fam = [c for c, _ in tested]
     m = len(fam)
     step = family_step(m, alpha, method)
     name = {"holm": "Holm step-down", "bonferroni": "Bonferroni", "none": "no correction"}[method]
@@ -376,7 +379,7 @@ def decide_family(comparisons: Sequence[Comparison], alpha: float, method: str =
             c.decision_unadjusted = c.decision
         c.alpha, c.alpha_step = alpha, step
         c.decision = decide(c.ratio, c.p_adjusted, c.p_equiv_adjusted, alpha, c.min_effect_pct)
-        c.mde_pct = planning.mde_pct(c.se_log, c.df, step, c.min_effect_pct) if c.se_log else None
+        c.mde_pct = planning.mde_pct(c.se_log, c.df, step, c.min_effect_pct) if c.se_log and c.df is not None else None
         c.correction = line
         inconclusive_note(c)
     return line
@@ -411,10 +414,11 @@ def arm_estimate(
     k = len(ok)
     if k == 0:
         return {"estimate_ms": None, "ci_lo_ms": None, "ci_hi_ms": None, "n_cells": 0, "ci_kind": None}
-    if k == 1 or fit is None or fit.mean(arm, depth) is None:
+    e = fit.mean(arm, depth) if k > 1 and fit is not None else None
+    if e is None:
         c = ok[0] if k == 1 else None
         if c is None:
-            gm = math.exp(float(np.mean(np.log([x.estimate for x in ok]))))
+            gm = math.exp(float(np.mean(np.log([x.estimate for x in ok if x.estimate]))))  # every one of ok
             return {"estimate_ms": gm, "ci_lo_ms": None, "ci_hi_ms": None, "n_cells": k, "ci_kind": None}
         lo, hi = c.ci or (None, None)
         return {
@@ -424,7 +428,6 @@ def arm_estimate(
             "n_cells": 1,
             "ci_kind": WITHIN_ONE if c.ci else None,
         }
-    e = fit.mean(arm, depth)
     h = _tq(0.5 + level / 2, e.df) * e.se
     return {
         "estimate_ms": math.exp(e.value),

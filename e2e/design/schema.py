@@ -1,0 +1,352 @@
+"""The config's schema: frozen pydantic models of every section, their bounds, and the checks that
+cross sections (arm names, run order, harness-owned flags, the model's context).
+
+A config names a model, how to serve it, the workload (depths, token counts, rounds) and the arms.
+An arm is a named set of environment variables, extra `vllm serve` arguments, plugin patches, and
+optionally another Python interpreter (another vLLM installation). Reading a TOML file into these,
+overrides and one-line errors live in e2e/design/config.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from e2e.errors import UserError
+from e2e.plugin.contract import patch_form_problem
+
+# An arm name, a run id: a plain name, never a path (used as folder and file names).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+ARM_NAME = PLAIN_NAME
+
+# What the harness itself passes to every server (server.py ServerSpec.argv). A config arg setting
+# one of these would win (vLLM's parser takes the last value): --host 0.0.0.0 exposes the server,
+# --enable-prefix-caching breaks the measurement. Refused unless server.allow_harness_flag_overrides.
+HARNESS_FLAGS = (
+    "--host",
+    "--port",
+    "--api-key",
+    "--served-model-name",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--generation-config",
+    "--model",
+    "--tensor-parallel-size",
+)
+HARNESS_SHORT_FLAGS = {"-tp": "--tensor-parallel-size"}
+
+
+# Bounds that keep a value from passing validation and failing once a run folder exists.
+# Token counts: prompts are built in memory, and no served model has a context near 2**24 tokens.
+MAX_TOKENS = 2**24
+MAX_VOCAB = 2**24  # the sampler holds every token id (the largest vocabularies are ~2**18)
+MAX_PASSES = 1000  # the plan holds every cell before anything starts
+# The decision rule: an alpha of 0.5 or more is no test; a min effect above 50 % calls a 2x
+# slowdown "equivalent". compare and history read them from a manifest with the same bounds.
+Alpha = Annotated[float, Field(gt=0, lt=0.5)]
+MinEffectPct = Annotated[float, Field(gt=0, le=50)]
+Tokens = Annotated[StrictInt, Field(le=MAX_TOKENS)]
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    """Names a process environment can hold (os.environ and execve refuse these)."""
+    for k in env:
+        if not k:
+            raise ValueError("variable name '' is empty")
+        if "=" in k:
+            raise ValueError(f"variable name {k!r} holds '='")
+    return env
+
+
+def _bad_text(x: str) -> str | None:
+    if "\x00" in x:
+        return "holds a NUL byte"
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid text (a lone surrogate)"
+    return None
+
+
+def text_problem(data: Any, path: str = "") -> str | None:
+    """The first string, key or value, that no process can take: a NUL byte ends it in C (argv,
+    env, paths); a lone surrogate (possible in a manifest's JSON) cannot be encoded."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for k, v in items:
+        where = f"{path}.{k}" if path else str(k)
+        why = _bad_text(k) if isinstance(k, str) else None
+        if why:
+            return f"{path or 'config'}: key {k!r} {why}"
+        why = _bad_text(v) if isinstance(v, str) else text_problem(v, where)
+        if why:
+            return f"{where}: {why}" if isinstance(v, str) else why
+    return None
+
+
+def is_plain_name(s: str) -> bool:
+    return bool(PLAIN_NAME.fullmatch(s)) and ".." not in s
+
+
+def harness_flag(arg: str) -> str | None:
+    """The harness-owned flag that `arg` sets, if any: --flag and --flag=value, underscores as
+    dashes (vLLM accepts --api_key), and argparse's abbreviations (--hos)."""
+    if arg.startswith("--") and len(arg) > 2:
+        name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+        if name in HARNESS_FLAGS:
+            return name
+        return next((f for f in HARNESS_FLAGS if f.startswith(name)), None)
+    return next((long for f, long in HARNESS_SHORT_FLAGS.items() if arg.startswith(f)), None)
+
+
+class _Frozen(BaseModel):
+    # NaN and infinity pass every bound (or stand for "never"): a finite number or an error.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ModelCfg(_Frozen):
+    path: str = Field(min_length=1, description="local folder or hub name")
+    tokenizer: str | None = None
+    max_model_len: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    # Context length of the model itself, when the config cannot be read (hub names);
+    # used to reject depth + long_tokens beyond it before anything starts.
+    context_len: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    # Token ids for random prompts come from the local folder's tokenizer; set this for a hub name.
+    vocab_size: StrictInt | None = Field(default=None, gt=100, le=MAX_VOCAB)
+    twin_of: str | None = None  # set for random-weight twins: reports must never call it the real model
+
+
+class ServerCfg(_Frozen):
+    python: str | None = None  # default: the interpreter running the harness
+    launcher: Literal["api_server", "cli"] = "api_server"
+    tensor_parallel_size: StrictInt = Field(default=1, ge=1)
+    cuda_graphs: bool = True
+    compilation_config: str | None = None  # passed as -cc JSON when set
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    stop_timeout_s: float = Field(default=30.0, gt=0)
+    # "fresh": one server per cell (default; server instances differ).
+    # "per-arm-pass": one server for all depths of an arm within a pass (fewer starts).
+    mode: Literal["fresh", "per-arm-pass"] = "fresh"
+    # vLLM's compile cache (VLLM_CACHE_ROOT): "per-arm" = one per arm and interpreter inside the run
+    # folder, reused by that arm's later cells, never shared across arms (a patch can change what is
+    # compiled); "vllm-default" = whatever the environment says (shared by every arm).
+    compile_cache: Literal["per-arm", "vllm-default"] = "per-arm"
+    # The escape hatch for args that set what the harness owns (HARNESS_FLAGS): recorded in the
+    # manifest (harness_flag_overrides) and stated at the top of report.md.
+    allow_harness_flag_overrides: bool = False
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
+
+
+class WorkloadCfg(_Frozen):
+    depths: tuple[Tokens, ...] = Field(min_length=1)  # strict: `depths = [true]` is not 1
+    long_tokens: Tokens = Field(default=64, gt=1)
+    short_tokens: Tokens = Field(default=8, gt=0)
+    rounds: StrictInt = Field(default=10, ge=1)
+    warmup_rounds: StrictInt = Field(default=1, ge=0)
+    seed: StrictInt = Field(default=0, ge=0)  # numpy's generator takes no negative seed
+    # Adaptive precision (stats issue): keep measuring until CI half-width < target_ci_pct.
+    target_ci_pct: float | None = Field(default=None, gt=0)
+    max_rounds: StrictInt = Field(default=50, ge=1)
+    # Closing rounds of each server's first depth at the end of its life (e2e/stats/bookends.py); 0: none.
+    # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
+    bookend_rounds: StrictInt = Field(default=5, ge=0)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_positive_unique(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for d in v:
+            if d <= 0:
+                raise ValueError(f"depth {d} must be a positive number of tokens")
+        if len(set(v)) != len(v):
+            raise ValueError("depths repeat")
+        return tuple(sorted(v))
+
+    @model_validator(mode="after")
+    def _long_exceeds_short(self) -> WorkloadCfg:
+        if self.long_tokens <= self.short_tokens:
+            raise ValueError(f"long_tokens ({self.long_tokens}) must exceed short_tokens ({self.short_tokens})")
+        return self
+
+
+DEFAULT_PASSES = 4  # servers per arm when nothing says otherwise: df 6 for the pooled comparison
+
+
+class RunCfg(_Frozen):
+    order: str = "stock-first"
+    # Passes alternate which arm leads; each pass is one server per arm (per cell in fresh mode).
+    passes: StrictInt | None = Field(default=None, ge=1, le=MAX_PASSES)  # None: DEFAULT_PASSES
+    # Adaptive replication: add passes until every pooled arm-ratio interval is narrower than
+    # +-target_ci_pct % (or max_passes / max_minutes is reached); None: the planned passes only.
+    target_ci_pct: float | None = Field(default=None, gt=0)
+    max_passes: StrictInt = Field(default=12, ge=2, le=MAX_PASSES)
+    max_minutes: float | None = Field(default=None, gt=0)
+    out: str = "results"
+    fail_fast: bool = False
+    retries: StrictInt = Field(default=1, ge=0, le=100)  # fresh-server retries of a cell whose server failed
+    # A process on a cell's GPU that is not its server (e2e/gpu/gpu_state.py): measure the cell again on a
+    # fresh server (within `retries`), count it and mark it, or stop the run.
+    gpu_exclusive: Literal["retry", "warn", "fail"] = "retry"
+
+
+class ArmCfg(_Frozen):
+    name: str
+    env: dict[str, str] = {}
+    args: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    python: str | None = None  # another interpreter = another vLLM installation
+    description: str = ""
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, v: str) -> str:
+        if not is_plain_name(v):
+            raise ValueError(f"arm name {v!r} must be letters, digits, '_', '.', '-'")
+        return v
+
+    @field_validator("patches")
+    @classmethod
+    def _patch_form(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            problem = patch_form_problem(p)
+            if problem:
+                raise ValueError(problem)
+        return v
+
+
+class Gsm8kCfg(_Frozen):
+    enabled: bool = True
+    tasks: tuple[str, ...] = ("gsm8k_cot_offline",)
+    limit: StrictInt | None = Field(default=None, gt=0)
+    num_concurrent: StrictInt = Field(default=8, ge=1)
+    chat: bool = False
+    max_gen_toks: StrictInt = Field(default=256, gt=0)
+    max_accuracy_drop: float = Field(default=0.01, ge=0, lt=1)  # verdict bound, absolute fraction
+    alpha: Alpha = 0.05
+
+
+class StatsCfg(_Frozen):
+    min_effect_pct: MinEffectPct = 2.0
+    alpha: Alpha = 0.05
+    # Which per-request time is differenced (e2e/stats/estimate.py): "auto" = the client's wall time minus
+    # the server's own prefill time where every row has it and the check against the plain client
+    # estimate passes, else the plain client estimate (with a warning); "client" = always the plain one.
+    estimator: Literal["auto", "client"] = "auto"
+    # The MDE the planning figures aim at ("servers per arm for an MDE <= X %"); None: 2 x min_effect.
+    target_mde_pct: float | None = Field(default=None, gt=0, le=100)
+    gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/gpu/bandwidth.py).
+    measure_bandwidth: bool = True
+    # Bookends (e2e/stats/bookends.py): a server is non-stationary when its closing rounds differ from its
+    # opening ones at this level AND by at least this much.
+    bookend_alpha: float = Field(default=0.01, gt=0, lt=1)
+    bookend_min_step_pct: float = Field(default=1.0, ge=0)
+
+
+class Config(_Frozen):
+    name: str = "run"
+    description: str = ""
+    model: ModelCfg
+    server: ServerCfg = ServerCfg()
+    workload: WorkloadCfg
+    run: RunCfg = RunCfg()
+    arms: tuple[ArmCfg, ...] = Field(min_length=1)
+    gsm8k: Gsm8kCfg = Gsm8kCfg()
+    stats: StatsCfg = StatsCfg()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        problem = text_problem(data) if isinstance(data, dict) else None
+        if problem:
+            raise ValueError(problem)
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        names = [a.name for a in self.arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"arms: name {dup[0]!r} is used twice")
+        order_arms(self.run.order, names)  # raises on an order naming no arm
+        owned = harness_flag_overrides(self)
+        if owned and not self.server.allow_harness_flag_overrides:
+            where, arg, flag = owned[0]
+            raise ValueError(
+                f"{where}: {arg!r} sets {flag}, which the harness owns (loopback bind, "
+                "free port, its own API key and served name, prefix caching off); "
+                "remove it or set server.allow_harness_flag_overrides = true"
+            )
+        limit = self.model.max_model_len or self.model.context_len
+        if limit is not None:
+            for d in self.workload.depths:
+                if d + self.workload.long_tokens > limit:
+                    raise ValueError(
+                        f"workload.depths: {d} + long_tokens {self.workload.long_tokens} exceeds "
+                        f"the model context {limit}"
+                    )
+        return self
+
+    def arm(self, name: str) -> ArmCfg:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise UserError(f"--arms: no arm named {name!r} (have: {', '.join(a.name for a in self.arms)})")
+
+    def default_passes(self) -> int:
+        """Planned passes. Adaptive replication starts from at least 2 (an interval needs them)."""
+        n = self.run.passes if self.run.passes is not None else DEFAULT_PASSES
+        return max(n, 2) if self.run.target_ci_pct is not None else n
+
+
+def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:
+    """(where, the arg's flag part, the harness flag it sets) for every config arg that overrides
+    a harness-owned flag. The flag part only: a value after '=' may be a secret."""
+    out = []
+    for where, args in [("server.extra_args", cfg.server.extra_args)] + [
+        (f"arms.{a.name}.args", a.args) for a in cfg.arms
+    ]:
+        for arg in args:
+            flag = harness_flag(arg)
+            if flag:
+                out.append((where, arg.split("=", 1)[0], flag))
+    return out
+
+
+def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:
+    """Arm order of the FIRST pass for an order name.
+
+    `stock-first` / `widened-first` are the reference names and refer to the config's first and
+    second arm whatever they are called; `<arm>-first` puts that arm first; `both` starts with the
+    config order (later passes alternate). The remaining arms keep config order after the first.
+    """
+    names = list(arm_names)
+    if order == "both":
+        return names
+    if not order.endswith("-first"):
+        raise ValueError(f"run.order {order!r}: use both, stock-first, widened-first or <arm>-first")
+    head = order[: -len("-first")]
+    if head in names:
+        first = head
+    elif head == "stock":
+        first = names[0]
+    elif head == "widened":
+        if len(names) < 2:
+            raise ValueError("run.order widened-first needs a second arm")
+        first = names[1]
+    else:
+        raise ValueError(f"run.order {order!r} names no arm (have: {', '.join(names)})")
+    return [first] + [n for n in names if n != first]
