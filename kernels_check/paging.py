@@ -151,7 +151,7 @@ def alloc_fa(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM 0.26.0 FLASH_ATTN storage: [N, block, kv_heads, 2*head], K and V split on the last dim."""
     kv = torch.empty(num_blocks, block_size, kv_heads, 2 * head_size, dtype=dtype, device=device)
-    key_cache, value_cache = kv.split(head_size, dim=-1)  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
+    key_cache, value_cache = kv.split(head_size, dim=-1)
     key_cache.fill_(fill_k)
     value_cache.fill_(fill_v)
     return key_cache, value_cache

@@ -309,7 +309,7 @@ def layout_check(
         phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
         inv = [order.index(i) for i in range(len(order))]
         kv_cache = phys.permute(*inv)  # logical view, as vLLM's KV allocator hands it out
-        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)  # type: ignore[no-untyped-call]  # as FlashAttentionImpl.forward; torch's split is unannotated
+        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)
         mk, mv = alloc_fa(3, block_size, kv_heads, head_size, dtype, device)
         same = (
             k_v.shape == mk.shape

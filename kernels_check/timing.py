@@ -32,7 +32,7 @@ def summarize(ms: list[float]) -> dict[str, Any]:
 
 
 def _event() -> torch.cuda.Event:
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves Event() unannotated
+    return torch.cuda.Event(enable_timing=True)
 
 
 def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor, warmup: int = 3) -> list[float]:
@@ -51,7 +51,7 @@ def time_cold(launch: Callable[[], object], reps: int, flush: torch.Tensor, warm
 
 def time_graph(launch: Callable[[], object], inner: int, reps: int, warmup: int = 3) -> list[float]:
     """Capture `inner` launches in one graph; per-launch ms of each of `reps` replays."""
-    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
+    stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(warmup):  # warm-up on a side stream, as torch.cuda.graphs recommends

@@ -143,7 +143,7 @@ def _meta_model(hf_config: Any, architectures: list[str]) -> Any:
             break
     with torch.device("meta"):
         if cls is None:  # no class of that name: the auto class picks one from the config
-            return transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+            return transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16)
         return cls._from_config(hf_config, dtype=torch.bfloat16)
 
 
