@@ -8,8 +8,10 @@ server at a time. SmolLM2-135M scores near 0 on gsm8k: these tests check the pat
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -18,9 +20,10 @@ from e2e.assets import PINS, build_gsm8k
 from e2e.design.config import parse_config
 from e2e.errors import UserError
 from e2e.report import report_md
+from e2e.serve import launch, live_servers
 from e2e.serve.server import VllmServer, port_in_use
 from e2e.stats import signoff
-from tests.support import ROOT
+from tests.support import ROOT, executable
 
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 LM_EVAL_TASKS = Path(__import__("lm_eval").__file__).parent / "tasks" / "gsm8k"
@@ -240,6 +243,55 @@ def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeyp
     assert c["verdict"] == "incomplete" and "b r1" in c["reasons"][0]
 
 
+# -- a unit's server is one of the run's -----------------------------------------------------------
+# A stand-in `server.python`: prints its environment and the run's live-server records as it sees
+# them while it runs (its run folder from its tag), then exits as a server that failed to start.
+SEES_ITS_RUN = f"""#!{sys.executable}
+import json, os, pathlib
+env = dict(os.environ)
+live = pathlib.Path(env.get("E2E_SERVER_TAG", "").split("::")[0] or "/nonexistent") / "live-servers"
+print("env:", json.dumps(env))
+print("live:", json.dumps([json.loads(p.read_text()) for p in sorted(live.glob("*.json"))]))
+raise SystemExit(3)
+"""
+
+
+def _printed(log: Path, what: str):
+    return json.loads(next(ln for ln in log.read_text().splitlines() if ln.startswith(f"{what}: "))[len(what) + 2 :])
+
+
+def test_a_units_server_has_its_arms_cache_the_runs_tag_and_live_record(tmp_path):
+    """The gsm8k step builds its servers as the run loop does (e2e/serve/launch.py start_server): a
+    patched arm compiles into its own cache under the run folder, never loading another arm's
+    graphs; its server carries the run's tag and is in the run's live-server records while it runs."""
+    standin = executable(tmp_path / "vllm-standin", SEES_ITS_RUN)
+    data = cfg_dict()
+    data["server"] = {**data["server"], "python": str(standin), "startup_timeout_s": 30}
+    data["arms"] = [{"name": "a"}, {"name": "b", "patches": ["widened-gfx11-gate"]}]
+    cfg = parse_config(data)
+    run = tmp_path / "run"
+    seen = {}
+    for arm in ("a", "b"):
+        u = unit.Unit(arm)
+        udir = run / "gsm8k" / u.rel
+        rec = unit.run_unit(cfg, u, udir, run, ["gsm8k_zeroshot_offline"], 1, {}, lambda m: None, run_root=run)
+        assert rec["status"] == "failed"  # the stand-in never answers: the unit is recorded, no lm-eval ran
+        log = udir / rec["server"]["log"]
+        seen[arm] = (_printed(log, "env"), _printed(log, "live"))
+    env_a, env_b = seen["a"][0], seen["b"][0]
+    assert env_b["E2E_PATCHES"] == "widened-gfx11-gate"
+    cache_b = Path(env_b["VLLM_CACHE_ROOT"])
+    assert cache_b == Path(launch.compile_cache_env(cfg, cfg.arm("b"), run)["VLLM_CACHE_ROOT"])
+    assert run.resolve() in cache_b.parents and cache_b != Path(env_a["VLLM_CACHE_ROOT"])
+    for arm, (env, live) in seen.items():
+        tag = f"{run.resolve()}::gsm8k/{arm}/r1"
+        assert env[live_servers.TAG_ENV] == tag
+        [record] = live  # its own record, written before it was spawned
+        assert record["server_id"] == env[live_servers.SERVER_ENV] and record["tag"] == tag
+        assert record["log"] == f"gsm8k/{arm}/r1/server.a0.log"
+    assert not (run / live_servers.LIVE_DIR).exists()  # dropped once the server was stopped
+
+
 CFG_TOML = f"""
 name = "gsm8k-test"
 [model]
@@ -282,16 +334,24 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
         pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
     keys: list[str] = []
     servers: list[VllmServer] = []
+    running: dict[str, tuple[dict[str, str], list[dict]]] = {}  # per server: its environment, the live records
 
-    class Recording(VllmServer):  # the real server; only remembers its key and port for the checks
+    class Recording(VllmServer):  # the real server; remembers its key and port, and what it ran with
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             keys.append(self.api_key)
             servers.append(self)
 
-    monkeypatch.setattr(unit, "VllmServer", Recording)
+        def wait_ready(self, *a, **k):
+            ready = super().wait_ready(*a, **k)
+            running[self.server_id] = (psutil.Process(self.proc.pid).environ(), live_servers.records(self.live_dir))
+            return ready
 
-    cfg = parse_config(cfg_dict())
+    monkeypatch.setattr(launch, "VllmServer", Recording)  # every server of a run is built there
+
+    raw = cfg_dict()
+    raw["arms"][1]["patches"] = ["widened-gfx11-gate"]  # b: a patched arm, with its own compiled graphs
+    cfg = parse_config(raw)
     s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     root = tmp_path / "gsm8k"
 
@@ -299,9 +359,24 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     assert len(servers) == 3 and len({srv.proc.pid for srv in servers}) == 3 and len(set(keys)) == 1
     for srv in servers:
         assert not srv.alive() and not port_in_use(srv.port)
+
+    # each server is one of the run's: its arm's compile cache in the run folder, the run's tag, and
+    # its record in the run's live-server records while it ran (dropped once it stopped)
+    caches = {}
+    for srv, rel in zip(servers, ["a/r1", "b/r1", "b/r2"]):
+        env, live = running[srv.server_id]
+        arm = cfg.arm(rel.split("/")[0])
+        caches[rel] = env["VLLM_CACHE_ROOT"]
+        assert caches[rel] == launch.compile_cache_env(cfg, arm, tmp_path)["VLLM_CACHE_ROOT"]
+        assert tmp_path.resolve() in Path(caches[rel]).parents
+        assert env[live_servers.TAG_ENV] == f"{tmp_path.resolve()}::gsm8k/{rel}"
+        assert [(r["server_id"], r["tag"]) for r in live] == [(srv.server_id, env[live_servers.TAG_ENV])]
+    assert caches["b/r1"] == caches["b/r2"] != caches["a/r1"]
+    assert not (tmp_path / live_servers.LIVE_DIR).exists()
+
     assert [u["dir"] for u in s["units"]] == ["a/r1", "b/r1", "b/r2"]
     for u in s["units"]:
-        assert u["status"] == "ok", u
+        assert u["status"] == "ok", u  # b's too: its patch applied in every process (routing.patch_problem)
         rec = json.loads((root / u["unit"]).read_text())
         assert rec["lm_eval"]["exit_code"] == 0 and rec["leftover_pids"] == []
         rows = [

@@ -162,7 +162,9 @@ def test_a_gsm8k_unit_whose_server_fails_keeps_no_secret(tmp_path, standin, monk
 
     monkeypatch.setenv("WANDB_API_KEY", SECRETS["S11"])
     cfg = load_config(write_cfg(tmp_path / "c.toml", secret_cfg(standin)))
-    rec = run_unit(cfg, Unit("a"), tmp_path / "u", tmp_path, ["gsm8k_cot_offline"], 1, {}, lambda m: None)
+    rec = run_unit(
+        cfg, Unit("a"), tmp_path / "u", tmp_path, ["gsm8k_cot_offline"], 1, {}, lambda m: None, run_root=tmp_path
+    )
     assert rec["status"] == "failed" and "env: " in rec["log_tail"]
     assert assert_no_secret(tmp_path / "u") >= 2  # unit.json and the server log
 

@@ -97,7 +97,7 @@ def run_gsm8k(
             say(f"gsm8k {u.label}: reusing the finished result in {udir}")
         else:
             move_aside(udir)
-            rec = run_unit(cfg, u, udir, tasks_dir, tasks, limit, usettings, say)
+            rec = run_unit(cfg, u, udir, tasks_dir, tasks, limit, usettings, say, run_root=Path(run_dir))
             acc = {t: v["accuracy"].get(primary_filter(t)) for t, v in rec.get("tasks", {}).items()}
             say(
                 f"gsm8k {u.label}: {rec['status']}"

@@ -57,7 +57,7 @@ DEFINITIONS = {
 def planning(margin: float, alpha: float, n: int | None) -> dict[str, Any]:
     """What a sample of n questions can show about the margin, said before anything runs."""
     need = signoff.min_questions(margin, alpha)
-    out = {
+    out: dict[str, Any] = {
         "questions": n or FULL_SIZE,
         "min_questions_for_a_pass": need,
         "questions_for_80pct_power": {
@@ -90,55 +90,10 @@ def summarize(
     pairs: list[tuple[str, Unit, Unit]] = [("ab", base, u) for u in units[1:] if u.replicate == 1]
     if aa is not None:
         pairs.append(("aa", Unit(aa, 1), Unit(aa, 2)))
-    comparisons = []
-    for kind, ua, ub in pairs:
-        for task in tasks:
-            flts = sorted(
-                set(records[ua].get("tasks", {}).get(task, {}).get("accuracy", {}))
-                | set(records[ub].get("tasks", {}).get(task, {}).get("accuracy", {}))
-            ) or [primary_filter(task)]
-            for flt in flts:
-                c: dict[str, Any] = {
-                    "kind": kind,
-                    "task": task,
-                    "filter": flt,
-                    "primary": flt == primary_filter(task),
-                    "a_server": ua.rel,
-                    "b_server": ub.rel,
-                }
-                bad = [u.label for u in (ua, ub) if records[u].get("status") != "ok"]
-                if bad:
-                    c.update(verdict="incomplete", reasons=[f"no result from {', '.join(bad)}"])
-                else:
-                    try:
-                        c.update(
-                            signoff.compare(
-                                load_answers(run_dir / "gsm8k" / ua.rel, task, flt),
-                                load_answers(run_dir / "gsm8k" / ub.rel, task, flt),
-                                alpha=g.alpha,
-                                max_accuracy_drop=g.max_accuracy_drop,
-                            )
-                        )
-                    except (ValueError, OSError, KeyError) as exc:
-                        c.update(verdict="incomplete", reasons=[f"not comparable: {exc}"])
-                comparisons.append(c)
-    aa_by_task = {(c["task"], c["filter"]): c for c in comparisons if c["kind"] == "aa" and "n" in c}
-    for c in comparisons:
-        ref = aa_by_task.get((c["task"], c["filter"]))
-        if c["kind"] == "ab" and ref is not None and "n" in c:
-            c["aa_baseline"] = {
-                "text_differ": ref["text_differ"],
-                "discordant": ref["discordant"],
-                "text_differ_excess": c["text_differ"] - ref["text_differ"],
-                "excess": signoff.aa_check(c, ref, g.alpha),
-            }
+    comparisons = [c for kind, ua, ub in pairs for c in _compare_pair(cfg, run_dir, kind, ua, ub, records, tasks)]
+    _add_aa_baselines(comparisons, g.alpha)
     verdict = signoff.overall_verdict(c["verdict"] for c in comparisons if c["primary"] and c["kind"] == "ab")
     plan = planning(g.max_accuracy_drop, g.alpha, settings["limit"])
-    warnings = [plan["too_small"]] if "too_small" in plan else []
-    if settings["limit"] is not None:
-        warnings.append(f"--limit {settings['limit']}: only the first {settings['limit']} of {FULL_SIZE} questions")
-    if len(units) < 2:
-        warnings.append("one server only: nothing to compare (give two arms or --aa ARM)")
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "gsm8k-signoff",
@@ -148,7 +103,7 @@ def summarize(
         "question (non-inferiority of the paired drop against max_accuracy_drop) and an "
         "optional A/A pair as the noise baseline.",
         "verdict": verdict,
-        "warnings": warnings,
+        "warnings": _warnings(plan, settings["limit"], len(units)),
         "config": cfg.name,
         "model": cfg.model.path,
         "baseline_arm": base.arm,
@@ -174,6 +129,68 @@ def summarize(
         # Every path in this file is relative to the folder holding it (<run>/gsm8k/).
         "links": {"relative_to": "gsm8k/", "markdown": "gsm8k.md", "tasks": "tasks/"},
     }
+
+
+def _compare_pair(
+    cfg: Config, run_dir: Path, kind: str, ua: Unit, ub: Unit, records: dict[Unit, dict[str, Any]], tasks: list[str]
+) -> list[dict[str, Any]]:
+    """Two servers compared question by question: per task, every filter either reported."""
+    g = cfg.gsm8k
+    out = []
+    for task in tasks:
+        flts = sorted(
+            set(records[ua].get("tasks", {}).get(task, {}).get("accuracy", {}))
+            | set(records[ub].get("tasks", {}).get(task, {}).get("accuracy", {}))
+        ) or [primary_filter(task)]
+        for flt in flts:
+            c: dict[str, Any] = {
+                "kind": kind,
+                "task": task,
+                "filter": flt,
+                "primary": flt == primary_filter(task),
+                "a_server": ua.rel,
+                "b_server": ub.rel,
+            }
+            bad = [u.label for u in (ua, ub) if records[u].get("status") != "ok"]
+            if bad:
+                c.update(verdict="incomplete", reasons=[f"no result from {', '.join(bad)}"])
+            else:
+                try:
+                    c.update(
+                        signoff.compare(
+                            load_answers(run_dir / "gsm8k" / ua.rel, task, flt),
+                            load_answers(run_dir / "gsm8k" / ub.rel, task, flt),
+                            alpha=g.alpha,
+                            max_accuracy_drop=g.max_accuracy_drop,
+                        )
+                    )
+                except (ValueError, OSError, KeyError) as exc:
+                    c.update(verdict="incomplete", reasons=[f"not comparable: {exc}"])
+            out.append(c)
+    return out
+
+
+def _add_aa_baselines(comparisons: list[dict[str, Any]], alpha: float) -> None:
+    """Each arm comparison beside the A/A pair's on the same task and filter (reported; it does not decide)."""
+    aa_by_task = {(c["task"], c["filter"]): c for c in comparisons if c["kind"] == "aa" and "n" in c}
+    for c in comparisons:
+        ref = aa_by_task.get((c["task"], c["filter"]))
+        if c["kind"] == "ab" and ref is not None and "n" in c:
+            c["aa_baseline"] = {
+                "text_differ": ref["text_differ"],
+                "discordant": ref["discordant"],
+                "text_differ_excess": c["text_differ"] - ref["text_differ"],
+                "excess": signoff.aa_check(c, ref, alpha),
+            }
+
+
+def _warnings(plan: dict[str, Any], limit: int | None, n_units: int) -> list[str]:
+    out = [plan["too_small"]] if "too_small" in plan else []
+    if limit is not None:
+        out.append(f"--limit {limit}: only the first {limit} of {FULL_SIZE} questions")
+    if n_units < 2:
+        out.append("one server only: nothing to compare (give two arms or --aa ARM)")
+    return out
 
 
 def _unit_summary(u: Unit, rec: dict[str, Any], alpha: float) -> dict[str, Any]:

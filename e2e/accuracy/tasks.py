@@ -39,20 +39,21 @@ def check_tasks(tasks: tuple[str, ...] | list[str]) -> None:
 
 def task_spec(task: str) -> dict[str, Any]:
     """The task's YAML with its `include:` resolved (lm-eval's rule: the including file wins)."""
-    spec = yaml.safe_load((TASKS_DIR / f"{task}.yaml").read_text())
+    spec: dict[str, Any] = yaml.safe_load((TASKS_DIR / f"{task}.yaml").read_text())
     base = spec.pop("include", None)
     if base is None:
         return spec
-    merged = yaml.safe_load((TASKS_DIR / base).read_text())
+    merged: dict[str, Any] = yaml.safe_load((TASKS_DIR / base).read_text())
     merged.update(spec)
     return merged
 
 
 def primary_filter(task: str) -> str:
     try:
-        return (task_spec(task).get("metadata") or {}).get(PRIMARY_KEY, DEFAULT_PRIMARY)
+        name: str = (task_spec(task).get("metadata") or {}).get(PRIMARY_KEY, DEFAULT_PRIMARY)
     except OSError:
         return DEFAULT_PRIMARY
+    return name
 
 
 def render_tasks(tasks: list[str], data_file: Path, out_dir: Path) -> Path:

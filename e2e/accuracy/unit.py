@@ -29,10 +29,11 @@ from e2e.rundir.formats import VERSIONS, now
 from e2e.rundir.store import write_json_atomic
 from e2e.safety.redact import redact_args, redact_env, scrub
 from e2e.serve.attempts import GaveUp, on_fresh_servers
-from e2e.serve.launch import server_spec, session_api_key
+from e2e.serve.launch import server_spec, start_server
 from e2e.serve.server import VllmServer, tail
 
 SCHEMA_VERSION = VERSIONS["gsm8k-unit"]
+STEP = "gsm8k"  # a unit's server is tagged <run folder>::gsm8k/<arm>/r<k>, its folder in the run
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def unit_settings(
     """What must match for a finished unit to be reused (and for two units to be compared).
     With `arm`, also that arm's server: an edited arm (args, env, patches, interpreter) is run again."""
     g = cfg.gsm8k
-    out = {
+    out: dict[str, Any] = {
         "tasks": tasks,
         "limit": limit,
         "chat": g.chat,
@@ -105,8 +106,12 @@ def run_unit(
     limit: int | None,
     settings: dict[str, Any],
     say: Any,
+    *,
+    run_root: Path,
 ) -> dict[str, Any]:
-    """Start a fresh server for the unit's arm, run lm-eval against it, write unit.json."""
+    """Start a fresh server for the unit's arm, run lm-eval against it, write unit.json in unit_dir.
+    The server is one of the run at run_root (e2e/serve/launch.py start_server): the arm's own
+    compile cache in the run folder, the run's tag and its live record."""
     arm = cfg.arm(unit.arm)
     unit_dir.mkdir(parents=True, exist_ok=True)
     rec: dict[str, Any] = {
@@ -123,13 +128,10 @@ def run_unit(
 
     def new_server(attempt: int) -> VllmServer:
         ctx["record_dir"] = unit_dir / f"records-a{attempt}"
-        spec = server_spec(cfg, arm, ctx["record_dir"])
         log = unit_dir / f"server.a{attempt}.log"
-        server = VllmServer(
-            spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s, api_key=session_api_key()
-        )
+        server = start_server(cfg, arm, run_root, f"{STEP}/{unit.rel}", ctx["record_dir"], log)
         ctx["server"] = server
-        rec["server"] = {"argv": redact_args(server.argv), "env": redact_env(dict(spec.env)), "log": log.name}
+        rec["server"] = {"argv": redact_args(server.argv), "env": redact_env(dict(server.spec.env)), "log": log.name}
         say(f"gsm8k {unit.label}: starting server")
         return server
 
@@ -181,7 +183,7 @@ def reusable(unit_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        rec = json.loads(path.read_text())
+        rec: dict[str, Any] = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
     if (

@@ -1,5 +1,5 @@
-"""The subcommands: one class each (asv's Command, vLLM sweep's subcommand table), shared flag
-groups, and the table the CLI is built from. A command's run() returns the exit status; library
+"""The subcommands: one class each (asv's Command, vLLM sweep's subcommand table), and the table
+the CLI is built from (the shared flag groups: e2e/cli/flags.py). A command's run() returns the exit status; library
 code raises UserError for bad input (exit 2) and never calls sys.exit.
 """
 
@@ -7,76 +7,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from e2e.cli.flags import (
+    add_arms_flag,
+    add_executor_flags,
+    add_run_folder_flags,
+    check_writable_folder,
+    count,
+    csv_ints,
+    executor_options,
+    positive,
+    positive_int,
+)
 from e2e.errors import UserError
 
 DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
 
 
-# -- shared flag groups ---------------------------------------------------------------------------
-def csv_ints(s: str) -> list[int]:
-    try:
-        return [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
-
-
-def number(flag: str, kind: type, least: float, what: str) -> Callable[[str], Any]:
-    """An argparse type: a finite `kind` >= least (floats: > least), else one line naming the flag
-    (a UserError passes through argparse to cli.main). NaN and inf are refused here, before a run
-    folder exists, not by the code that would use them hours later."""
-
-    def parse(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            v = None
-        if v is None or not math.isfinite(v) or v < least or (kind is float and v == least):
-            raise UserError(f"{flag} {text!r}: give {what}")
-        return v
-
-    return parse
-
-
-def positive_int(flag: str) -> Callable[[str], int]:
-    return number(flag, int, 1, "a positive whole number")
-
-
-def count(flag: str) -> Callable[[str], int]:
-    return number(flag, int, 0, "a whole number, 0 or more")
-
-
-def positive(flag: str) -> Callable[[str], float]:
-    return number(flag, float, 0, "a positive finite number")
-
-
 def add_config_flag(p: argparse.ArgumentParser) -> None:
     # default None, resolved to DEFAULT_CONFIG where used: --resume must see whether it was given
     p.add_argument("--config", help=f"TOML config (default: {DEFAULT_CONFIG})")
-
-
-def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", help="results root (default from config: results)")
-    p.add_argument("--run-id", help="name of the run folder (default: time stamp + config name)")
-
-
-def add_arms_flag(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--arms", help=f"comma-separated subset of the config's arms, in this order ({what})")
-
-
-def check_writable_folder(folder: Path, what: str) -> None:
-    """One line, before anything is written, when `folder` cannot take a new file."""
-    from e2e.safety.safe_io import probe_writable
-
-    try:
-        probe_writable(folder)
-    except OSError as exc:
-        raise UserError(f"{what}: {folder} is not writable: {exc.strerror}") from None
 
 
 # Run flags that would change a run's config or plan: a resumed run keeps its own, so they are
@@ -114,6 +66,10 @@ class Command:
         pass
 
     def run(self, a: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+    def run_argv(self, argv: list[str]) -> int:
+        """A subcommand with its own command line takes its argv whole (entry.main passes it)."""
         raise NotImplementedError
 
 
@@ -223,93 +179,10 @@ class Run(Command):
             raise UserError(f"--gsm8k-aa: no arm named {a.gsm8k_aa!r} (have: {', '.join(names)})")
         cells = make_plan(cfg)
         if a.dry_run:
-            return _print_plan(cfg, cells, a.json)
+            from e2e.cli.plan_view import print_plan
+
+            return print_plan(cfg, cells, a.json)
         return session.start(cfg, cells, run_folder(cfg.run.out, a.run_id, cfg.name), make_console(stderr=True), opts)
-
-
-def add_executor_flags(p: argparse.ArgumentParser) -> None:
-    """Where the cells run. Not part of a run's config: --resume may pick another executor."""
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local: one server at a time on this host (default); ray: server groups as Ray "
-        "tasks on a cluster's GPUs or nodes (pip install 'vllm-e2e-bench[ray]')",
-    )
-    p.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="a running Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one",
-    )
-    p.add_argument(
-        "--max-per-host",
-        type=positive_int("--max-per-host"),
-        metavar="N",
-        help="ray: at most N cells at once per host (default 1: side by side they share CPUs, PCIe and host memory)",
-    )
-    p.add_argument(
-        "--max-slots",
-        type=positive_int("--max-slots"),
-        metavar="N",
-        help="ray: use at most N slots (GPU sets or nodes)",
-    )
-    p.add_argument(
-        "--slot-balance",
-        choices=("warn", "strict"),
-        help="ray: when the arms cannot be spread evenly over the slots, warn (default) or refuse",
-    )
-    p.add_argument(
-        "--cpus-per-cell",
-        type=positive("--cpus-per-cell"),
-        metavar="N",
-        help="ray: CPUs a cell asks of Ray (default: its node's CPUs / the node's slots)",
-    )
-
-
-def executor_options(a: argparse.Namespace) -> Any:
-    from e2e.run.executors import ExecutorOptions
-
-    return ExecutorOptions(
-        kind=a.executor,
-        ray_address=a.ray_address,
-        max_per_host=a.max_per_host if a.max_per_host is not None else 1,
-        max_slots=a.max_slots,
-        balance=a.slot_balance or "warn",
-        cpus_per_cell=a.cpus_per_cell,
-    )
-
-
-def _print_plan(cfg: Any, cells: list[Any], as_json: bool) -> int:
-    from e2e.design.plan import plan_table_rows
-    from e2e.report.progress import make_console
-
-    if as_json:
-        print(json.dumps([c.to_dict() for c in cells], indent=1))
-        return 0
-    from rich.table import Table
-
-    t = Table(title=f"plan: {cfg.name} ({len(cells)} cells, server mode {cfg.server.mode})")
-    for col in ("index", "pass", "arm", "depth", "cell_id"):
-        t.add_column(col)
-    for r in plan_table_rows(cells):
-        t.add_row(*r)
-    console = make_console()
-    console.print(t)
-    from e2e.analysis.prior import predict_plan, this_gpu
-
-    pred = predict_plan(cfg, cells, gpu=this_gpu())
-    if pred.get("note"):
-        console.print(f"prediction: {pred['note']}")
-        return 0
-    t = Table(title=f"what this plan should resolve (from {pred['source']})")
-    for col in ("arm / ref", "depth", "95 % CI +-%", "MDE %", "df"):
-        t.add_column(col)
-    ref = cfg.arms[0].name
-    for c in pred["comparisons"]:
-        mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:.2f}"
-        t.add_row(f"{c['arm']} / {ref}", str(c["depth"]), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
-    console.print(t)
-    return 0
 
 
 class Delegate(Command):
@@ -322,7 +195,8 @@ class Delegate(Command):
         getattr(importlib.import_module(self.module), self.add)(p)
 
     def run(self, a: argparse.Namespace) -> int:
-        return getattr(importlib.import_module(self.module), self.main)(a)
+        status: int = getattr(importlib.import_module(self.module), self.main)(a)
+        return status
 
 
 class Gsm8k(Command):

@@ -26,6 +26,7 @@ import socket
 import statistics
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from e2e.run import metrics
 from e2e.run.measure import CellClient
@@ -37,7 +38,7 @@ class _Instant(BaseHTTPRequestHandler):
     served = 0  # requests answered, reported as a histogram count like vLLM's
     busy_s = 0.0  # the stand-in's own handling time, reported as the e2e histogram's sum
 
-    def log_message(self, *a):  # quiet
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     def _send(self, body: bytes, ctype: str) -> None:
@@ -45,7 +46,7 @@ class _Instant(BaseHTTPRequestHandler):
         head = (f"HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
         self.wfile.write(head + body)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         n = _Instant.served
         text = (
             f"# TYPE vllm:e2e_request_latency_seconds histogram\n"
@@ -54,7 +55,7 @@ class _Instant(BaseHTTPRequestHandler):
         )
         self._send(text.encode(), "text/plain")
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         t0 = time.perf_counter()  # like vLLM's own clock: from a received request to its answer
         req = json.loads(raw)
@@ -127,7 +128,9 @@ def main() -> None:
     try:
         for d in [int(x) for x in a.depths.split(",")]:
             prompt = list(range(d))
-            tc, ts, floor = [], [], []
+            tc: list[float] = []
+            ts: list[float] = []
+            floor: list[float] = []
             while len(tc) < a.requests:
                 for _ in range(20):
                     row = client.complete(prompt, 64)
@@ -140,7 +143,9 @@ def main() -> None:
                     before = metrics.scrape(client.http)
                     t = raw.post(body)
                     after = metrics.scrape_after(client.http, before)
-                    floor.append(t - metrics.deltas(before, after)["server_e2e_s"])
+                    server_s = metrics.deltas(before, after)["server_e2e_s"]
+                    assert server_s is not None, "the stand-in counts every request it answers"
+                    floor.append(t - server_s)
                 client.resync()
             ov = sorted(c - s for c, s in zip(tc, ts))
             print(

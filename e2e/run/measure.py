@@ -37,7 +37,8 @@ class TokenSampler:
         self.rng = np.random.default_rng(seed)
 
     def prompt(self, depth: int) -> list[int]:
-        return self.rng.choice(self.ids, size=depth).tolist()
+        ids: list[int] = self.rng.choice(self.ids, size=depth).tolist()
+        return ids
 
     @classmethod
     def for_model(cls, model_path: str, seed: int, vocab_size: int | None = None) -> TokenSampler:
@@ -80,7 +81,8 @@ class CellResult:
 def check_row(row: dict[str, Any], depth: int, n: int) -> str | None:
     """Why a row is not usable, or None. The server's own usage is the only count that matters."""
     if row.get("error"):
-        return row["error"]
+        error: str = row["error"]
+        return error
     if row.get("prompt_tokens") != depth:
         return f"prompt_tokens {row.get('prompt_tokens')} != depth {depth}"
     if row.get("completion_tokens") != n:
@@ -101,7 +103,7 @@ class CellClient:
         # at 32K tokens (a ~180 KB body) it costs ~0.4 ms less client CPU per request than httpcore
         # (httpx's transport), and httpx's own models ~1 ms more (python -m e2e.run.bench_overhead).
         url = urlsplit(base_url)
-        self._conn = http.client.HTTPConnection(url.hostname, url.port, timeout=request_timeout_s)
+        self._conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=request_timeout_s)
         self._path = url.path.rstrip("/") + "/v1/completions"
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._snap: metrics.Snapshot | None = None

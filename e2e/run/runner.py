@@ -15,35 +15,67 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from e2e.design.config import ArmCfg, Config
 from e2e.design.plan import Cell, server_groups
 from e2e.errors import UserError
 from e2e.gpu import gpu_state
-from e2e.report.progress import Progress
 from e2e.run.measure import CellClient, TokenSampler, measure_cell
 from e2e.rundir import routing
 from e2e.rundir.formats import cell_row, now, request_row
-from e2e.rundir.store import CELLS, REQUESTS, RunStore
+from e2e.rundir.gpu_rows import describe
+from e2e.rundir.store import CELLS, REQUESTS
 from e2e.safety.interrupts import sigterm_as_interrupt
 from e2e.safety.redact import scrub
 from e2e.serve import startup_phases
 from e2e.serve.attempts import GaveUp, on_fresh_servers
-from e2e.serve.launch import server_spec, session_api_key
-from e2e.serve.live_servers import LIVE_DIR
+from e2e.serve.launch import RunRoot, start_server
 from e2e.serve.server import ServerGone, VllmServer, port_in_use
 from e2e.stats import bookends
 from e2e.stats.estimate import cell_estimate
+
+
+class Rows(Protocol):
+    """Where the loop's rows and files go: the run folder (e2e/rundir/store.py RunStore), or on a Ray
+    node the driver's inbox and a scratch folder (e2e/run/executors/node_side.py NodeStore)."""
+
+    @property
+    def root(self) -> RunRoot: ...
+
+    def finished_cell_ids(self) -> set[str]: ...
+
+    def attempts_used(self, key: str) -> int: ...
+
+    def cell_dir(self, key: str) -> Path: ...
+
+    def log_path(self, name: str) -> Path: ...
+
+    def append(self, name: str, row: dict[str, Any]) -> None: ...
+
+
+class Events(Protocol):
+    """Where the loop reports: the console (e2e/report/progress.py Progress), or on a Ray node the
+    driver's console through its inbox (node_side.py NodeProgress)."""
+
+    def start(self, total: int, done: int) -> None: ...
+
+    def phase(self, cell: Any, phase: str) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def cell_done(self, cell: Any, row: dict[str, Any]) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Runner:
     def __init__(
         self,
         cfg: Config,
-        store: RunStore,
+        store: Rows,
         cells: list[Cell],
-        progress: Progress,
+        progress: Events,
         sampler: TokenSampler,
         stop_rule_factory: Callable[[Config], Any] | None = None,
         gpu_wait_s: float | None = None,
@@ -82,17 +114,9 @@ class Runner:
         key = group[0].server_key
         remaining = list(group)
         rows: list[dict[str, Any]] = []
+        watch = self._watch(key, arm)
         # A resumed group numbers its servers past the attempts already on disk (their files stay theirs).
-        ctx: dict[str, Any] = {"started": self.store.attempts_used(key)}
-        env = {**os.environ, **self.cfg.server.env, **arm.env}
-        watch = gpu_state.ServerWatch(
-            gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size),
-            self.cfg.run.gpu_exclusive,
-            self.progress.note,
-            self.gpu_wait_s,
-        )
-        watch.load_voided(self.store.cell_dir(key))
-        ctx["watch"] = watch
+        ctx: dict[str, Any] = {"started": self.store.attempts_used(key), "watch": watch}
 
         def new_server(_: int) -> VllmServer:
             n = ctx["started"]  # this server key's n-th server: names its log and records uniquely
@@ -103,39 +127,13 @@ class Runner:
             ctx.update(
                 tag=tag, log=self.store.log_path(f"{key}.a{n}"), record_dir=self.store.cell_dir(key) / f"records-a{n}"
             )
-            spec = server_spec(self.cfg, arm, ctx["record_dir"], self.store.root)
-            # A tag in every server process's environment: leak checks find them by it.
-            spec.env["E2E_SERVER_TAG"] = f"{self.store.root.resolve()}::{key}"
+            server = start_server(self.cfg, arm, self.store.root, key, ctx["record_dir"], ctx["log"])
             self.progress.phase(remaining[0], "starting server")
-            ctx["server"] = VllmServer(
-                spec,
-                ctx["log"],
-                self.cfg.server.startup_timeout_s,
-                self.cfg.server.stop_timeout_s,
-                api_key=session_api_key(),
-                live_dir=Path(self.store.root) / LIVE_DIR,
-            )  # its record while it runs
-            return ctx["server"]  # its log is scrubbed of its secrets when it stops (server.py)
+            ctx["server"] = server
+            return server  # its log is scrubbed of its secrets when it stops (server.py)
 
         def work(server: VllmServer, attempt: int) -> None:
-            startup_s = server.startup_s
-            client = CellClient(server.base_url, server.api_key, self.cfg.server.request_timeout_s)
-            watch.started(server.proc.pid, server.server_id)
-            ctx["opening"] = None  # this server's first cell: what its bookend measures again
-            try:
-                while remaining:
-                    watch.begin_cell(remaining[0].cell_id)
-                    if startup_s:
-                        watch.checkpoint("ready")
-                    row = self._measure(remaining[0], arm, server, client, ctx, startup_s)
-                    if len(remaining) == 1:  # the server's last cell: its bookend goes in this row
-                        row["bookend"] = self._bookend(server, client, ctx)
-                    self._write(remaining[0], row)
-                    rows.append(row)
-                    remaining.pop(0)
-                    startup_s = 0.0  # later cells on a shared server paid no start
-            finally:
-                client.close()
+            self._cells_on(server, arm, remaining, rows, ctx)
 
         def on_retry(attempt: int, exc: Exception) -> None:
             self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
@@ -151,20 +149,62 @@ class Runner:
                         unit=lambda: remaining[0].cell_id if remaining else None,
                     )
                 except GaveUp as g:
-                    folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
-                    problem = routing.patch_problem(folded, arm)  # why the start failed, in the plugin's words
-                    error = str(g) + (f"; {problem}" if problem else "")
-                    tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
-                    cell = remaining.pop(0)
-                    rows.append(self._record_failed(cell, ctx, error, tail, g.leftover_pids, folded))
-                    if self.cfg.run.fail_fast:
-                        raise UserError(f"cell {cell.cell_id} failed (--fail-fast): {g.last}") from None
+                    rows.append(self._gave_up(remaining.pop(0), arm, ctx, g))
                     continue
                 if left or port_in_use(server.port):
                     self.progress.note(f"warning: after teardown pids {left} / port {server.port} still in use")
         finally:
             watch.close()
         return rows
+
+    def _watch(self, key: str, arm: ArmCfg) -> gpu_state.ServerWatch:
+        """The GPU watch over a group's servers, with the attempts an earlier run of it voided."""
+        env = {**os.environ, **self.cfg.server.env, **arm.env}
+        watch = gpu_state.ServerWatch(
+            gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size),
+            self.cfg.run.gpu_exclusive,
+            self.progress.note,
+            self.gpu_wait_s,
+        )
+        watch.load_voided(self.store.cell_dir(key))
+        return watch
+
+    def _cells_on(
+        self, server: VllmServer, arm: ArmCfg, remaining: list[Cell], rows: list[dict[str, Any]], ctx: dict[str, Any]
+    ) -> None:
+        """The group's cells, in order, on one started server; each measured cell leaves `remaining`."""
+        watch = ctx["watch"]
+        assert server.proc is not None  # a started server
+        startup_s = server.startup_s or 0.0
+        client = CellClient(server.base_url, server.api_key, self.cfg.server.request_timeout_s)
+        watch.started(server.proc.pid, server.server_id)
+        ctx["opening"] = None  # this server's first cell: what its bookend measures again
+        try:
+            while remaining:
+                watch.begin_cell(remaining[0].cell_id)
+                if startup_s:
+                    watch.checkpoint("ready")
+                row = self._measure(remaining[0], arm, server, client, ctx, startup_s)
+                if len(remaining) == 1:  # the server's last cell: its bookend goes in this row
+                    row["bookend"] = self._bookend(server, client, ctx)
+                self._write(remaining[0], row)
+                rows.append(row)
+                remaining.pop(0)
+                startup_s = 0.0  # later cells on a shared server paid no start
+        finally:
+            client.close()
+
+    def _gave_up(self, cell: Cell, arm: ArmCfg, ctx: dict[str, Any], g: GaveUp) -> dict[str, Any]:
+        """A cell whose every server failed: its failed row (the plugin's own words on why, when it
+        left any), and with --fail-fast the end of the run."""
+        folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
+        problem = routing.patch_problem(folded, arm)  # why the start failed, in the plugin's words
+        error = str(g) + (f"; {problem}" if problem else "")
+        tail = scrub(g.log_tail, ctx["server"].secrets)  # rows never carry a secret value
+        row = self._record_failed(cell, ctx, error, tail, g.leftover_pids, folded)
+        if self.cfg.run.fail_fast:
+            raise UserError(f"cell {cell.cell_id} failed (--fail-fast): {g.last}") from None
+        return row
 
     def _measure(
         self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient, ctx: dict[str, Any], startup_s: float
@@ -252,6 +292,11 @@ class Runner:
             "depth": cell.depth,
             "phase": "bookend",
         }
+
+        def closing_round(k: int) -> None:
+            if k:
+                watch.checkpoint(f"bookend {k - 1}")
+
         watch.begin_bookend()
         try:
             res = measure_cell(
@@ -261,7 +306,7 @@ class Runner:
                 self.sampler,
                 emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
                 phase=lambda p: self.progress.phase(cell, "bookend"),
-                between_rounds=lambda k: k and watch.checkpoint(f"bookend {k - 1}"),
+                between_rounds=closing_round,
             )
         except ServerGone as exc:
             return bookends.untested(f"the server failed during the closing rounds: {exc}", **ident)
@@ -270,12 +315,10 @@ class Runner:
         if watch.bookend_foreign:
             held = list(watch.bookend_foreign.values())
             return bookends.untested(
-                f"another process on the GPU during the closing rounds: {gpu_state.describe(held)}",
-                foreign=held,
-                **ident,
+                f"another process on the GPU during the closing rounds: {describe(held)}", foreign=held, **ident
             )
         closing = bookends.round_ms(res.rows, wl.long_tokens, wl.short_tokens)
-        out = bookends.evaluate(opening, closing, st.bookend_alpha, st.bookend_min_step_pct, **ident)
+        out = bookends.evaluate(opening.tolist(), closing.tolist(), st.bookend_alpha, st.bookend_min_step_pct, **ident)
         if out["status"] == "non-stationary":
             self.progress.note(
                 f"warning: server {cell.server_key} (attempt {ctx['tag']}) is non-stationary: its "

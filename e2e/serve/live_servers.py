@@ -1,7 +1,7 @@
 """What may outlive a harness, and how the next one finds it, stops it and says so.
 
-Ownership is in the environment, so it survives any death of the harness, SIGKILL included:
-every server carries E2E_SERVER_ID (its own) and E2E_HARNESS = <host>/<pid>/<start time> of the
+Ownership is in the environment (e2e/serve/owners.py), so it survives any death of the harness,
+SIGKILL included: every server carries E2E_SERVER_ID (its own) and E2E_HARNESS = <host>/<pid>/<start time> of the
 harness process that owns it (for a Ray task's server: the driver, e2e/run/executors/ray_tasks.py);
 every process of a Ray cluster the run started carries E2E_RAY_CLUSTER = the same
 (e2e/run/executors/ray_cluster.py). Such a process whose owner is gone (on this host: that pid no
@@ -14,9 +14,9 @@ API key. It is written before the server is spawned and removed once teardown le
 record whose processes are all gone is what a harness that died left; its log is scrubbed (the API
 key found by its digest: the key itself is never written) and the record removed.
 
-A Ray cluster the run starts is also recorded (record_cluster: each process's pid and start
-time, in <tmp>/e2e-ray-<uid>/clusters/, a folder that must be this user's alone): Ray's agents
-overwrite their environment with their process title, so no marker can be read back from them.
+A Ray cluster the run starts is also recorded (e2e/serve/cluster_record.py: each process's pid and
+start time): Ray's agents overwrite their environment with their process title, so no marker can
+be read back from them.
 
 stop_orphans() runs at every start and --resume before anything is measured (e2e/run/session.py): an
 orphan server holds its GPU and silently slows every later cell.
@@ -29,8 +29,6 @@ import json
 import os
 import re
 import signal
-import socket
-import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,59 +41,51 @@ from e2e.rundir.formats import now
 from e2e.safety.interrupts import held
 from e2e.safety.redact import scrub_file, secret_values
 from e2e.safety.safe_io import write_atomic
+from e2e.serve.cluster_record import cluster_record_path, dead_owners_clusters, forget_cluster, record_cluster
+from e2e.serve.owners import (
+    CLUSTER_ENV,
+    HARNESS_ENV,
+    SERVER_ENV,
+    TAG_ENV,
+    identity,
+    owner,
+    owner_alive,
+    set_owner,
+    still,
+)
 
-HARNESS_ENV = "E2E_HARNESS"
-CLUSTER_ENV = "E2E_RAY_CLUSTER"
-SERVER_ENV = "E2E_SERVER_ID"
-TAG_ENV = "E2E_SERVER_TAG"
+# Callers read ownership (owners.py) and the cluster record (cluster_record.py) through this module.
+__all__ = [
+    "CLUSTER_ENV",
+    "HARNESS_ENV",
+    "LIVE_DIR",
+    "SERVER_ENV",
+    "TAG_ENV",
+    "Orphan",
+    "clear_records",
+    "cluster_record_path",
+    "describe",
+    "find_orphans",
+    "forget",
+    "forget_cluster",
+    "identity",
+    "key_digest",
+    "mark_harness_died",
+    "owner",
+    "owner_alive",
+    "record",
+    "record_cluster",
+    "records",
+    "scratch_root",
+    "scrub_key_digests",
+    "scrub_log",
+    "set_owner",
+    "stop_mine",
+    "stop_orphans",
+]
+
 LIVE_DIR = "live-servers"
 _KEY_CANDIDATE = re.compile(rb"\b[0-9a-f]{32}\b")  # launch.session_api_key: token_hex(16)
-
-_owner: str | None = None
-_SAME_START_S = 0.05  # psutil's create_time of one process reads the same each time, to the clock tick
-
-
-def _still(pid: int, started: float) -> psutil.Process | None:
-    """The process `pid` if it is still the one that started at `started` (pids are reused)."""
-    try:
-        p = psutil.Process(pid)
-        return p if abs(p.create_time() - started) < _SAME_START_S else None
-    except psutil.Error:
-        return None
-
-
-def identity(pid: int | None = None) -> str:
-    """<host>/<pid>/<start time>: a process, never mistaken for a later one that reuses its pid."""
-    p = psutil.Process(pid)
-    return f"{socket.gethostname()}/{p.pid}/{p.create_time():.2f}"
-
-
-def owner() -> str:
-    """The harness that owns the servers this process starts: this process, or the Ray driver a
-    task runs for (set_owner)."""
-    return _owner or identity()
-
-
-def set_owner(ident: str | None) -> None:
-    global _owner
-    _owner = ident
-
-
-def owner_alive(ident: str | None) -> bool | None:
-    """Whether that harness still runs; None when it cannot be told from here (another host, or no
-    owner recorded)."""
-    try:
-        host, pid, started = (ident or "").rsplit("/", 2)
-        pid_n, t0 = int(pid), float(started)
-    except ValueError:
-        return None
-    if host != socket.gethostname():
-        return None
-    p = _still(pid_n, t0)
-    try:
-        return p is not None and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # -- the record of a live server ---------------------------------------------------------------
@@ -181,7 +171,7 @@ class Orphan:
     server_id: str | None
     tag: str | None
     procs: list[psutil.Process] = field(default_factory=list)
-    secrets: set[str] = field(default_factory=set)
+    secrets: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def run_root(self) -> str | None:
@@ -210,7 +200,7 @@ def find_orphans(run_root: str | None = None) -> list[Orphan]:
     for p, env in _marked():
         sid, tag = env.get(SERVER_ENV), env.get(TAG_ENV)
         who = env.get(HARNESS_ENV) if sid else env.get(CLUSTER_ENV)
-        of_run = run_root is not None and bool(tag) and tag.startswith(f"{run_root}::")
+        of_run = run_root is not None and tag is not None and tag.startswith(f"{run_root}::")
         if not of_run and owner_alive(who) is not False:
             continue
         key = ("server", sid) if sid else ("ray-cluster", who)
@@ -237,77 +227,6 @@ def _kill(orphans: list[Orphan]) -> tuple[set[int], set[int]]:
     return {p.pid for p in procs}, {p.pid for p in alive}
 
 
-# -- the record of a Ray cluster the run started -----------------------------------------------
-def _clusters_dir() -> Path | None:
-    """<tmp>/e2e-ray-<uid>/clusters, made private; None when it or its parent is not this user's
-    alone (a record planted there would name the processes we kill)."""
-    base = Path(tempfile.gettempdir()) / f"e2e-ray-{os.getuid()}"
-    d = base / "clusters"
-    try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for p in (base, d):
-            st = os.lstat(p)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None
-    except OSError:
-        return None
-    return d
-
-
-def cluster_record_path(owner_id: str) -> Path | None:
-    """Where the record of the cluster that owner_id started lives (None: no private folder)."""
-    d = _clusters_dir()
-    return d / (owner_id.replace("/", "_") + ".json") if d else None
-
-
-def record_cluster(procs: Iterable[psutil.Process]) -> None:
-    """The processes of the Ray cluster this harness just started (best effort)."""
-    path = cluster_record_path(owner())
-    if path is None:
-        return
-    pids = []
-    for p in procs:
-        try:
-            pids.append([p.pid, p.create_time()])
-        except psutil.Error:
-            continue
-    try:
-        path.write_text(json.dumps({"owner": owner(), "pids": pids}))
-    except OSError:
-        pass
-
-
-def forget_cluster() -> None:
-    path = cluster_record_path(owner())
-    if path is not None:
-        path.unlink(missing_ok=True)
-
-
-def _recorded_clusters() -> list[tuple[Path, Orphan]]:
-    """Cluster records whose owner is gone, each with what of it still runs (same pid, same start
-    time, this user's)."""
-    d = _clusters_dir()
-    out = []
-    for path in sorted(d.glob("*.json")) if d else []:
-        try:
-            r = json.loads(path.read_text())
-            who, pids = r["owner"], [(int(a), float(b)) for a, b in r["pids"]]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if owner_alive(who) is not False:
-            continue
-        g = Orphan("ray-cluster", who, None, None)
-        for pid, t0 in pids:
-            p = _still(pid, t0)
-            try:
-                if p is not None and p.uids().real == os.getuid() and p.status() != psutil.STATUS_ZOMBIE:
-                    g.procs.append(p)
-            except psutil.Error:
-                continue
-        out.append((path, g))
-    return out
-
-
 def _homes(run_root: str) -> tuple[Path, Path]:
     """Where a run's servers keep logs and records on this host: its run folder, and this node's
     scratch folder of it (its Ray tasks')."""
@@ -322,8 +241,13 @@ def scratch_root(run_root: str) -> Path:
 
 
 def _logs_of(run_root: str) -> list[Path]:
+    """Every server log of a run on this host: its cells', its gsm8k units', its Ray tasks'."""
     folder, scratch = _homes(run_root)
-    return sorted(folder.glob("logs/*.log")) + sorted(scratch.glob("tasks/*/logs/*.log"))
+    return (
+        sorted(folder.glob("logs/*.log"))
+        + sorted(folder.glob("gsm8k/*/r*/server.a*.log"))
+        + sorted(scratch.glob("tasks/*/logs/*.log"))
+    )
 
 
 def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
@@ -331,20 +255,20 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
     environment held, mark each dead run's manifest `harness-died` (another run folder than
     run_root, whose lock is free), and drop their records. Returns one entry per orphan for the
     manifest of the run that found them (no secret in it). Signals are held meanwhile."""
+    entries: list[dict[str, Any]] = []
     with held():
         found = find_orphans(run_root)
         seen = {p.pid for g in found for p in g.procs}
-        recorded = _recorded_clusters()
-        for _, g in recorded:  # what the environment scan could not see (Ray's agents)
-            g.procs = [p for p in g.procs if p.pid not in seen]
+        recorded = dead_owners_clusters()
+        for _, who, procs in recorded:  # what the environment scan could not see (Ray's agents)
+            g = Orphan("ray-cluster", who, None, None, [p for p in procs if p.pid not in seen])
             if g.procs:
                 found.append(g)
         _, alive = _kill(found)  # nothing found: nothing to wait for, and the records of gone clusters go
-        for path, _ in recorded:
+        for path, _, _ in recorded:
             path.unlink(missing_ok=True)
-        entries = []
         for g in found:
-            entry = {
+            entry: dict[str, Any] = {
                 "found": now(),
                 "kind": g.kind,
                 "owner": g.owner,
@@ -363,7 +287,7 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
                         forget(home / LIVE_DIR, g.server_id)
         for root in sorted({g.run_root for g in found if g.run_root and g.run_root != run_root}):
             mark_harness_died(Path(root), [e for e in entries if (e.get("tag") or "").startswith(f"{root}::")])
-        return entries
+    return entries
 
 
 def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str, Any]]:
@@ -375,11 +299,7 @@ def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str,
     killed = []
     for r in records(Path(run_root) / LIVE_DIR):
         pid, t0 = r.get("pgid"), r.get("pid_started")
-        try:
-            alive = isinstance(pid, int) and _still(pid, float(t0)) is not None
-        except (TypeError, ValueError):
-            alive = False
-        if alive:
+        if isinstance(pid, int) and _started_at(pid, t0):
             try:
                 os.killpg(pid, signal.SIGKILL)
                 killed.append(
@@ -403,11 +323,20 @@ def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str,
     return killed
 
 
+def _started_at(pid: int, t0: object) -> bool:
+    """Whether pid still runs with the start time its record gives (a damaged record: no)."""
+    try:
+        return isinstance(t0, int | float | str) and still(pid, float(t0)) is not None
+    except ValueError:
+        return False
+
+
 def stop_mine(run_root: str) -> list[int]:
     """The last word at the end of a session: every server of run_root that this harness owns on
     this host and that still runs (a teardown cut short where nothing else caught it) is killed and
     its run's logs scrubbed. Returns the pids found (should be [])."""
     me = owner()
+    mine: list[Orphan] = []
     with held():
         mine = [
             Orphan(
@@ -426,7 +355,7 @@ def stop_mine(run_root: str) -> list[int]:
             for root in {g.run_root for g in mine if g.run_root}:
                 for log in _logs_of(root):
                     scrub_log(log, set().union(*(g.secrets for g in mine)))
-        return sorted(p.pid for g in mine for p in g.procs)
+    return sorted(p.pid for g in mine for p in g.procs)
 
 
 # -- a run whose harness died (its status: e2e/rundir/store.py, harness_gone) ------------------

@@ -19,6 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -98,7 +99,8 @@ class ServerSpec:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_in_use(port: int) -> bool:
@@ -135,7 +137,9 @@ def _live(pids: set[int] | frozenset[int]) -> list[int]:
     return sorted(out)
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float, extra_pids: set[int] | frozenset[int] = frozenset()) -> None:
+def stop_group(
+    proc: subprocess.Popen[Any], grace_s: float, extra_pids: set[int] | frozenset[int] = frozenset()
+) -> None:
     """The one process-group kill: SIGTERM the group that `proc` leads (started with
     start_new_session) and any extra_pids that left it, wait up to grace_s for all of them to go,
     then SIGKILL and wait 10 s more. Used for every vLLM server and every lm-eval child."""
@@ -192,7 +196,7 @@ class VllmServer:
         # spawned by a Popen that an interrupt cut short before self.proc was assigned.
         self.server_id = secrets.token_hex(8)
         self.live_dir = Path(live_dir) if live_dir is not None else None  # where its record lives while it runs
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self._known_pids: set[int] = set()
         self._stopped = False
@@ -325,6 +329,7 @@ class VllmServer:
         (a full disk included); the record is dropped only when nothing is left running."""
         if self._stopped:
             return []  # stopped before with nothing left: every later call is a no-op
+        left: list[int] = []
         with held():
             try:
                 left = self._stop()
@@ -340,7 +345,7 @@ class VllmServer:
                 self._stopped = True
                 if self.live_dir is not None:
                     live_servers.forget(self.live_dir, self.server_id)
-            return left
+        return left
 
     def _stop(self) -> list[int]:
         if self.proc is None:

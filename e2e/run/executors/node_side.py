@@ -27,7 +27,7 @@ from e2e.rundir.store import ATTEMPT_DIR, CELLS
 from e2e.safety.redact import REDACTED
 from e2e.serve.live_servers import scratch_root
 
-Send = Callable[[tuple], None]
+Send = Callable[[tuple[Any, ...]], None]
 _ATTEMPT = re.compile(r"^(\d+)-")
 _ERROR_ATTEMPT = re.compile(r"\battempt (\d+):")
 
@@ -43,10 +43,10 @@ def shift_errors(text: str | None, offset: int) -> str | None:
     return _ERROR_ATTEMPT.sub(lambda m: f"attempt {int(m[1]) + offset}:", text)
 
 
-class NodeRoot(os.PathLike):
+class NodeRoot(os.PathLike[str]):
     """The run root as the runner sees it on a node: paths under it are the node's scratch folder,
     but resolve() names the driver's run folder, so every server's E2E_SERVER_TAG says which run
-    it belongs to (runner.py tags servers with f"{store.root.resolve()}::{key}")."""
+    it belongs to (e2e/serve/launch.py start_server tags servers with f"{run_root.resolve()}::{key}")."""
 
     def __init__(self, scratch: Path, run_root: str):
         self.scratch = Path(scratch)

@@ -10,13 +10,14 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 try:
     import ray
 except ImportError:  # still importable without the extra (a clean install); create() names the package
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 import psutil
 
@@ -49,7 +50,7 @@ def own_cluster_env() -> dict[str, str]:
     return env
 
 
-def _set_env(env: dict[str, str | None], single_machine: bool) -> None:
+def _set_env(env: Mapping[str, str | None], single_machine: bool) -> None:
     from ray._private import ray_constants
 
     _saved.setdefault("single_machine", not ray_constants.ENABLE_RAY_CLUSTER)
@@ -61,7 +62,8 @@ def _set_env(env: dict[str, str | None], single_machine: bool) -> None:
             os.environ[k] = v
     ray_constants.ENABLE_RAY_CLUSTER = not single_machine
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        # not in ray._raylet's stub
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
     except ImportError:  # a Ray without token authentication (< 2.52)
         return
     Config.initialize("")
@@ -117,7 +119,8 @@ def exposure(started: bool) -> dict[str, Any]:
     """What protects the cluster, as seen once connected: Ray's authentication mode and, for a
     cluster this run started, every address its processes listen on (checked, not assumed)."""
     try:
-        from ray._raylet import AuthenticationMode, get_authentication_mode
+        # not in ray._raylet's stub
+        from ray._raylet import AuthenticationMode, get_authentication_mode  # type: ignore[attr-defined]
 
         auth = "token" if get_authentication_mode() == AuthenticationMode.TOKEN else "none"
     except ImportError:
@@ -164,12 +167,17 @@ def on_node(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
+def _nodes() -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]  # ray's own annotation gap
+    return nodes
+
+
 def alive_node_ids() -> set[str]:
-    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return {n["NodeID"] for n in _nodes() if n.get("Alive")}
 
 
 def find_slots(cfg: Config, max_per_host: int, max_slots: int | None, cpus_per_cell: float | None) -> list[Slot]:
-    return make_slots(ray.nodes(), cfg.server.tensor_parallel_size, max_per_host, max_slots, cpus_per_cell)
+    return make_slots(_nodes(), cfg.server.tensor_parallel_size, max_per_host, max_slots, cpus_per_cell)
 
 
 def probe_nodes(cfg: Config, slots: list[Slot]) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ Faults. A task lost with its node or worker is one attempt of its group: the gro
 cells are retried on a slot on another node, while retries are left, its rows never counted (the
 cell row names the attempt that measured it). Ctrl-C (or SIGTERM) cancels every task, which stops
 its servers through the run loop's own teardown, then every node is swept for processes carrying
-this run's E2E_SERVER_TAG. A second Ctrl-C during that is held back.
+this run's E2E_SERVER_TAG (ray_cleanup.py). A second Ctrl-C during that is held back.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import ray
 except ImportError:  # still importable without the extra (a clean install); create() names the package
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 from e2e.design.config import Config
 from e2e.design.plan import Cell, assign_slots, server_groups, slot_balance
@@ -32,15 +32,20 @@ from e2e.errors import UserError
 from e2e.gpu.gpu_state import GpuBusy
 from e2e.run.executors import ray_cluster as rc
 from e2e.run.executors.options import ExecutorOptions
-from e2e.run.executors.ray_tasks import run_group, stop_orphans, sweep
+from e2e.run.executors.ray_cleanup import exposure_warnings, stop_orphans_everywhere, sweep_group, sweep_nodes
+from e2e.run.executors.ray_tasks import run_group
 from e2e.run.executors.slots import Slot, least_loaded
 from e2e.run.executors.versions import check_one_version, earlier
 from e2e.rundir.formats import cell_row, now
-from e2e.rundir.store import CELLS, REQUESTS
+from e2e.rundir.store import CELLS, REQUESTS, RunStore
 from e2e.safety.interrupts import INTERRUPTS, held
 from e2e.safety.redact import secret_values
 from e2e.serve import live_servers
 from e2e.serve.launch import server_spec
+
+if TYPE_CHECKING:
+    from e2e.report.progress import Progress
+    from e2e.run.measure import TokenSampler
 
 
 @dataclass
@@ -119,7 +124,9 @@ class RayExecutor:
         return {"max_at_once": self.most_at_once, "max_at_once_per_host": self.most_per_host, "balance": self.balance}
 
     # -- the run ------------------------------------------------------------------------------
-    def run(self, cfg: Config, store: Any, cells: list[Cell], progress: Any, sampler: Any) -> list[dict]:
+    def run(
+        self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress, sampler: TokenSampler
+    ) -> list[dict[str, Any]]:
         self.cfg, self.store, self.progress = cfg, store, progress
         self.run_root = str(Path(store.root).resolve())
         self.by_index = {c.index: c for c in cells}
@@ -133,11 +140,12 @@ class RayExecutor:
             for g in server_groups([c for c in cells if c.cell_id not in self.finished])
         ]
         self.flights: dict[str, Flight] = {}
-        self.written: list[dict] = []
+        self.written: list[dict[str, Any]] = []
         progress.start(total=len(cells), done=len(cells) - sum(len(f.cells) for f in self.pending))
         if not self.swept_orphans:
             self.swept_orphans = True
-            self._warn_exposure()
+            for warning in exposure_warnings(self.started_cluster, self.security):
+                progress.note(warning)
             self._stop_orphans()
         try:
             while self.pending or self.flights:
@@ -346,14 +354,8 @@ class RayExecutor:
             return  # the node is gone, and its processes with it
         arm = self.cfg.arm(f.cells[0].arm)
         hidden = tuple(secret_values({**self.cfg.server.env, **arm.env}, server_spec(self.cfg, arm, None).argv(0)))
-        try:
-            got = ray.get(
-                sweep.options(scheduling_strategy=rc.on_node(f.slot.node_id)).remote(
-                    self.run_root, f.cells[0].server_key, hidden
-                ),
-                timeout=60,
-            )
-        except ray.exceptions.RayError:
+        got = sweep_group(self.run_root, f.slot.node_id, f.cells[0].server_key, hidden)
+        if got is None:
             return
         self._files(got["files"])
         if got["killed"]:
@@ -363,35 +365,11 @@ class RayExecutor:
             )
 
     # -- before the first task --------------------------------------------------------------------
-    def _warn_exposure(self) -> None:
-        s = self.security
-        if self.started_cluster and s.get("listening") != "127.0.0.1 only":
-            self.progress.note(
-                f"warning: the Ray cluster started for this run listens beyond loopback: {s.get('listening')}"
-            )
-        if s.get("auth") != "token":
-            self.progress.note(
-                f"warning: Ray traffic is not authenticated (auth {s.get('auth')}): anyone who "
-                "can reach the cluster's ports can run code on it (README: --executor ray)"
-            )
-
     def _stop_orphans(self) -> None:
-        """Before the first task: on every live node, what a dead harness left (this run's servers
-        above all, on a resume), stopped; the driver reports it and records it in the manifest."""
-        refs = {
-            nid: stop_orphans.options(scheduling_strategy=rc.on_node(nid)).remote(self.run_root)
-            for nid in rc.alive_node_ids()
-        }
-        found = []
-        for nid, ref in refs.items():
-            try:
-                got = ray.get(ref, timeout=60)
-            except ray.exceptions.RayError:
-                continue
-            if got:
-                name = self.nodes.get(nid, {}).get("name", nid[:8])
-                self.progress.note(f"node {name}: {live_servers.describe(got)}")
-                found += got
+        """Before the first task: on every live node, what a dead harness left, stopped; the driver
+        reports it and records it in the manifest."""
+        names = {nid: n.get("name", nid[:8]) for nid, n in self.nodes.items()}
+        found = stop_orphans_everywhere(self.run_root, names, self.progress.note)
         if found:
             earlier = self.store.manifest().get("orphans_stopped") or []
             self.store.update_manifest(orphans_stopped=earlier + found)
@@ -421,20 +399,10 @@ class RayExecutor:
             self.progress.note(f"stopping ({why}): {len(h.got)} more signal(s) held back until the servers stopped")
 
     def _sweep_all(self, remove_scratch: bool = False) -> None:
-        alive = rc.alive_node_ids()
-        refs = {
-            nid: sweep.options(scheduling_strategy=rc.on_node(nid)).remote(self.run_root, None, (), remove_scratch)
-            for nid in self.used_nodes
-            if nid in alive
-        }
-        for nid, ref in refs.items():
-            try:
-                got = ray.get(ref, timeout=60)
-            except ray.exceptions.RayError:
-                continue
-            if got["killed"] and hasattr(self, "progress"):
+        for nid, killed in sweep_nodes(self.run_root, self.used_nodes, remove_scratch).items():
+            if killed and hasattr(self, "progress"):
                 self.progress.note(
-                    f"swept {len(got['killed'])} leftover server process(es) on node "
+                    f"swept {len(killed)} leftover server process(es) on node "
                     f"{self.nodes.get(nid, {}).get('name', nid[:8])}"
                 )
 

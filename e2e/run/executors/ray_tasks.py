@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
@@ -19,14 +20,24 @@ import psutil
 try:
     import ray
 except ImportError:  # still importable without the extra (a clean install); create() names the package
-    ray = None
+    ray = None  # type: ignore[assignment]  # stays importable without the extra
 
-from e2e.run.executors.node_side import NodeProgress, NodeStore, remove, scratch_root, task_files
+from e2e.run.executors.node_side import NodeProgress, NodeStore, remove, task_files
 from e2e.serve import live_servers
+from e2e.serve.live_servers import scratch_root
 
 
-def _remote(**options: Any) -> Any:
-    return ray.remote(**options) if ray is not None else (lambda fn: fn)
+class Task(Protocol):
+    """A Ray remote function as the driver calls it: f.options(...).remote(*args) -> an object ref."""
+
+    def options(self, **options: Any) -> Task: ...
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _remote(**options: Any) -> Callable[[Callable[..., Any]], Task]:
+    deco: Callable[[Callable[..., Any]], Task] = ray.remote(**options) if ray is not None else (lambda fn: fn)
+    return deco
 
 
 @_remote(max_retries=0)
@@ -42,7 +53,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
 
     tid = job["task_dir"]
 
-    def send(event: tuple) -> None:
+    def send(event: tuple[Any, ...]) -> None:
         inbox.put((tid, *event))  # returns once the inbox holds it: rows arrive in measured order
 
     if os.path.isdir(job["cwd"]):

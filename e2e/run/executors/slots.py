@@ -46,7 +46,7 @@ def make_slots(
     )
     use_gpus = any((n.get("Resources") or {}).get("GPU", 0) >= 1 for n in alive)
     # host -> its nodes' slots, the nodes taking turns (a host's first slots spread over its nodes)
-    per_host: dict[str, list[tuple[int, dict[str, Any], tuple[int, ...]]]] = {}
+    turns: dict[str, list[tuple[int, int, dict[str, Any], tuple[int, ...]]]] = {}
     for rank, n in enumerate(alive):
         res = n.get("Resources") or {}
         if use_gpus:
@@ -54,8 +54,8 @@ def make_slots(
         else:  # a node without a CPU (a driver-only head) takes no cell
             sets = [()] * max_per_host if res.get("CPU", 0) >= 1 else []
         host = n.get("NodeManagerAddress") or n["NodeID"]
-        per_host.setdefault(host, []).extend((k, rank, n, g) for k, g in enumerate(sets))
-    per_host = {h: [(r, n, g) for _, r, n, g in sorted(v, key=lambda x: (x[0], x[1]))] for h, v in per_host.items()}
+        turns.setdefault(host, []).extend((k, rank, n, g) for k, g in enumerate(sets))
+    per_host = {h: [(r, n, g) for _, r, n, g in sorted(v, key=lambda x: (x[0], x[1]))] for h, v in turns.items()}
     rows = {h: s[:max_per_host] for h, s in per_host.items()}
     if not any(rows.values()):
         need = f"{tp} GPU(s) per cell (tensor parallel {tp})" if use_gpus else "a node"
