@@ -1,6 +1,6 @@
 """The subcommands: one class each (asv's Command, vLLM sweep's subcommand table), and the table
-the CLI is built from (the shared flag groups: e2e/cli/flags.py). A command's run() returns the exit status; library
-code raises UserError for bad input (exit 2) and never calls sys.exit.
+the CLI is built from (the shared flag groups: e2e/cli/flags.py). A command's run() returns the
+exit status; library code raises UserError for bad input (exit 2) and never calls sys.exit.
 """
 
 from __future__ import annotations

@@ -167,17 +167,12 @@ def on_node(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
-def _nodes() -> list[dict[str, Any]]:
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]  # ray's own annotation gap
-    return nodes
-
-
 def alive_node_ids() -> set[str]:
-    return {n["NodeID"] for n in _nodes() if n.get("Alive")}
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
 def find_slots(cfg: Config, max_per_host: int, max_slots: int | None, cpus_per_cell: float | None) -> list[Slot]:
-    return make_slots(_nodes(), cfg.server.tensor_parallel_size, max_per_host, max_slots, cpus_per_cell)
+    return make_slots(ray.nodes(), cfg.server.tensor_parallel_size, max_per_host, max_slots, cpus_per_cell)
 
 
 def probe_nodes(cfg: Config, slots: list[Slot]) -> dict[str, dict[str, Any]]:
