@@ -116,7 +116,7 @@ class BatchClient:
             base_url=base_url, timeout=request_timeout_s, headers={"Authorization": f"Bearer {api_key}"}
         )
         url = urlsplit(base_url)
-        self._addr = (url.hostname, url.port, request_timeout_s)
+        self._addr = (url.hostname or "127.0.0.1", url.port, request_timeout_s)
         self._path = url.path.rstrip("/") + "/v1/completions"
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._local = threading.local()
