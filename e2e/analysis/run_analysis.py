@@ -50,7 +50,8 @@ class RunAnalysis:
         ok = {cid: c for cid, c in self.cell_rows.items() if c.get("status") == "ok"}
         for cid, c in self.cell_rows.items():
             if cid not in ok:
-                self.warnings.append(f"{cid}: cell failed ({c.get('error') or 'no reason recorded'}): left out")
+                what = "not measured" if c.get("status") == "skipped" else "cell failed"
+                self.warnings.append(f"{cid}: {what} ({c.get('error') or 'no reason recorded'}): left out")
         self.estimator, self.estimator_note, fell_back = choose_estimator(
             self.estimator_setting, ok, by_cell, self.n_long, self.n_short
         )

@@ -18,8 +18,10 @@ from e2e.design.schema import ArmCfg as ArmCfg
 from e2e.design.schema import Config as Config
 from e2e.design.schema import MinEffectPct as MinEffectPct
 from e2e.design.schema import WorkloadCfg as WorkloadCfg
+from e2e.design.schema import batch_warnings as batch_warnings
 from e2e.design.schema import harness_flag_overrides as harness_flag_overrides
 from e2e.design.schema import is_plain_name as is_plain_name
+from e2e.design.schema import max_num_seqs_args as max_num_seqs_args
 from e2e.design.schema import order_arms as order_arms
 from e2e.errors import UserError
 from e2e.safety.redact import redact_config, restore_secrets

@@ -16,6 +16,12 @@ from typing import Any
 from e2e.design.schema import Config, order_arms
 
 
+def point_name(depth: int, concurrency: int) -> str:
+    """Where a cell measures, as ids name it: `d<depth>`, and `-c<c>` above batch 1 (so the ids of
+    batch-1 runs are what they always were)."""
+    return f"d{depth}" if concurrency == 1 else f"d{depth}-c{concurrency}"
+
+
 @dataclass(frozen=True)
 class Cell:
     index: int  # position in the run, from 0
@@ -24,10 +30,15 @@ class Cell:
     depth: int
     server_key: str  # cells with the same key share one server (one per cell in fresh mode)
     rounds: int | None = None  # timed rounds when not workload.rounds (adaptive replication's allocation)
+    concurrency: int = 1  # requests decoding together in a round (workload.concurrency)
+
+    @property
+    def point(self) -> str:
+        return point_name(self.depth, self.concurrency)
 
     @property
     def cell_id(self) -> str:
-        return f"p{self.pass_}-d{self.depth}-{self.arm}"
+        return f"p{self.pass_}-{self.point}-{self.arm}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -40,6 +51,8 @@ class Cell:
             "depth": self.depth,
             "server_key": self.server_key,
         }
+        if self.concurrency != 1:
+            out["concurrency"] = self.concurrency
         return out if self.rounds is None else {**out, "rounds": self.rounds}
 
     @classmethod
@@ -52,6 +65,7 @@ class Cell:
             depth=c["depth"],
             server_key=c["server_key"],
             rounds=c.get("rounds"),
+            concurrency=c.get("concurrency", 1),
         )
 
 
@@ -65,6 +79,7 @@ def make_plan(cfg: Config, passes: int | None = None) -> list[Cell]:
     first = order_arms(cfg.run.order, names)
     n_passes = passes if passes is not None else cfg.default_passes()
     depths = sorted(cfg.workload.depths)
+    c = cfg.workload.batch
     cells: list[Cell] = []
     for p, arms in enumerate(pass_orders(first, n_passes), start=1):
         if cfg.server.mode == "per-arm-pass":
@@ -72,8 +87,8 @@ def make_plan(cfg: Config, passes: int | None = None) -> list[Cell]:
         else:
             pairs = [(arm, d) for d in depths for arm in arms]
         for arm, d in pairs:
-            key = f"p{p}-{arm}" if cfg.server.mode == "per-arm-pass" else f"p{p}-d{d}-{arm}"
-            cells.append(Cell(index=len(cells), pass_=p, arm=arm, depth=d, server_key=key))
+            key = f"p{p}-{arm}" if cfg.server.mode == "per-arm-pass" else f"p{p}-{point_name(d, c)}-{arm}"
+            cells.append(Cell(index=len(cells), pass_=p, arm=arm, depth=d, server_key=key, concurrency=c))
     return cells
 
 

@@ -9,6 +9,7 @@ overrides and one-line errors live in e2e/design/config.py.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -43,6 +44,7 @@ HARNESS_SHORT_FLAGS = {"-tp": "--tensor-parallel-size"}
 MAX_TOKENS = 2**24
 MAX_VOCAB = 2**24  # the sampler holds every token id (the largest vocabularies are ~2**18)
 MAX_PASSES = 1000  # the plan holds every cell before anything starts
+MAX_CONCURRENCY = 1024  # one thread and one connection per request of a round
 # The decision rule: an alpha of 0.5 or more is no test; a min effect above 50 % calls a 2x
 # slowdown "equivalent". compare and history read them from a manifest with the same bounds.
 Alpha = Annotated[float, Field(gt=0, lt=0.5)]
@@ -159,6 +161,42 @@ class WorkloadCfg(_Frozen):
     # Closing rounds of each server's first depth at the end of its life (e2e/stats/bookends.py); 0: none.
     # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
     bookend_rounds: StrictInt = Field(default=5, ge=0)
+    # Requests that decode together in a round (the batch). 1: today's design, one request at a time
+    # over fresh prompts with prefix caching off. Above 1: the primed route (e2e/run/batch.py): the
+    # server runs with prefix caching on, a cell's c prompts are prefilled once and reused, so every
+    # timed decode step runs the c requests together. One value per run: the analysis and the
+    # verdicts are per depth (a grid over c is run as one run per c, then `compare`d).
+    concurrency: tuple[StrictInt, ...] = Field(default=(1,), min_length=1)
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_concurrency(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return (v,)
+        if isinstance(v, list | tuple) and len(v) > 1:
+            raise ValueError(
+                f"{list(v)}: one concurrency per run (the verdicts are per depth at one batch size); "
+                "run each value as its own run and `compare` them"
+            )
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency_in_range(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for c in v:
+            if not 1 <= c <= MAX_CONCURRENCY:
+                raise ValueError(f"concurrency {c} must be from 1 to {MAX_CONCURRENCY}")
+        return v
+
+    @property
+    def batch(self) -> int:
+        """The run's concurrency c (one value per run)."""
+        return self.concurrency[0]
+
+    @property
+    def route(self) -> str:
+        """How decode is isolated: "fresh" prompts at c = 1, "primed" prompts above (e2e/run/batch.py)."""
+        return "fresh" if self.batch == 1 else "primed"
 
     @field_validator("depths")
     @classmethod
@@ -290,6 +328,13 @@ class Config(_Frozen):
                 "free port, its own API key and served name, prefix caching off); "
                 "remove it or set server.allow_harness_flag_overrides = true"
             )
+        c = self.workload.batch
+        for where, n in max_num_seqs_args(self):
+            if n < c:
+                raise ValueError(
+                    f"{where}: --max-num-seqs {n} is below workload.concurrency {c}: the {c} requests "
+                    "of a round could never decode together"
+                )
         limit = self.model.max_model_len or self.model.context_len
         if limit is not None:
             for d in self.workload.depths:
@@ -324,6 +369,46 @@ def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:
             if flag:
                 out.append((where, arg.split("=", 1)[0], flag))
     return out
+
+
+def max_num_seqs_args(cfg: Config) -> list[tuple[str, int]]:
+    """(where, value) of every --max-num-seqs the config passes to a server."""
+    out = []
+    for where, args in [("server.extra_args", cfg.server.extra_args)] + [
+        (f"arms.{a.name}.args", a.args) for a in cfg.arms
+    ]:
+        for i, arg in enumerate(args):
+            flag, _, value = arg.partition("=")
+            if flag == "--max-num-seqs":
+                value = value or (args[i + 1] if i + 1 < len(args) else "")
+                if value.isdigit():
+                    out.append((where, int(value)))
+    return out
+
+
+def capture_sizes(cfg: Config) -> list[int] | None:
+    """The CUDA-graph capture sizes the config asks for (`-cc` JSON: cudagraph_capture_sizes), None
+    where it leaves them to vLLM (its defaults cover 1-512)."""
+    if not cfg.server.cuda_graphs or not cfg.server.compilation_config:
+        return None
+    try:
+        sizes = json.loads(cfg.server.compilation_config).get("cudagraph_capture_sizes")
+    except (ValueError, AttributeError):
+        return None
+    return sorted(int(s) for s in sizes) if isinstance(sizes, list) else None
+
+
+def batch_warnings(cfg: Config) -> list[str]:
+    """What a run at concurrency c > 1 should be told before it starts (never refused)."""
+    c = cfg.workload.batch
+    sizes = capture_sizes(cfg)
+    if c > 1 and sizes is not None and c not in sizes:
+        return [
+            f"warning: workload.concurrency {c} is not among the CUDA-graph capture sizes {sizes} "
+            f"(server.compilation_config): a decode step of {c} requests runs padded to "
+            f"the next captured size ({min((s for s in sizes if s > c), default='none: eager')})"
+        ]
+    return []
 
 
 def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:

@@ -102,7 +102,18 @@ def facts(s: dict[str, Any]) -> list[str]:
 
 def _latency_facts(s: dict[str, Any]) -> list[list[str]]:
     f = s["run"]
-    return [
+    batch = []
+    if f.get("concurrency"):
+        batch = [
+            [
+                "batch",
+                f"**{f['concurrency']} requests decoding together** in every round ({f['route']} route: the "
+                "server caches prefixes, each cell's prompts are prefilled once and reused, and a round counts "
+                "only if its engine steps, prefix-cache hits and preemptions show the requests decoded together; "
+                "each estimate is one decode step at this batch)",
+            ]
+        ]
+    return batch + [
         ["server mode", str(f["server_mode"])],
         ["order / passes", f"{f['order']} / {len(f['passes'])}"],
         ["arms (reference first)", ", ".join(f["arms"])],

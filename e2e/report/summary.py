@@ -271,6 +271,7 @@ def run_facts(a: Any) -> dict[str, Any]:
     model = m.get("model") or {}
     wl = cfg.get("workload") or {}
     server = cfg.get("server") or {}
+    c = (wl.get("concurrency") or [1])[0]  # absent before batch sizes above 1
     overrides = None
     if server.get("allow_harness_flag_overrides"):
         overrides = list(m.get("harness_flag_overrides") or [])
@@ -312,6 +313,8 @@ def run_facts(a: Any) -> dict[str, Any]:
         "git": m.get("git"),
         "code": identity.describe(m),
         "harness_flag_overrides": overrides,
+        # only above batch 1, so batch-1 summaries stay what they were
+        **({"concurrency": c, "route": "primed"} if c > 1 else {}),
     }
 
 

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from e2e.design.config import ArmCfg, Config
+from e2e.design.config import ArmCfg, Config, WorkloadCfg
 from e2e.design.plan import Cell, server_groups
 from e2e.errors import UserError
 from e2e.gpu import gpu_state
-from e2e.run.measure import CellClient, TokenSampler, measure_cell
+from e2e.run.batch import BatchClient, measure_batch_cell
+from e2e.run.measure import CellClient, CellResult, TokenSampler, measure_cell
 from e2e.rundir import routing
 from e2e.rundir.formats import cell_row, now, request_row
 from e2e.rundir.gpu_rows import describe
@@ -193,6 +194,8 @@ class Runner:
                 startup_s = 0.0  # later cells on a shared server paid no start
         finally:
             client.close()
+            if ctx.get("batch") is not None:
+                ctx.pop("batch").close()
 
     def _gave_up(self, cell: Cell, arm: ArmCfg, ctx: dict[str, Any], g: GaveUp) -> dict[str, Any]:
         """A cell whose every server failed: its failed row (the plugin's own words on why, when it
@@ -219,11 +222,19 @@ class Runner:
         # the allocation of adaptive replication may give a cell its own number of rounds
         wl = self.cfg.workload if cell.rounds is None else self.cfg.workload.model_copy(update={"rounds": cell.rounds})
         watch = ctx["watch"]
-        res = measure_cell(
+        if cell.concurrency > 1:
+            base["concurrency"] = cell.concurrency
+            skip = self._batch(cell, server, ctx).capacity_problem(cell.depth, wl.long_tokens)
+            if skip:
+                self.progress.note(f"{cell.cell_id}: {skip}")
+                return cell_row(
+                    **base, index=cell.index, server_key=cell.server_key, status="skipped", error=skip, finished=now()
+                )
+        res = self._rounds(
+            cell,
             client,
-            cell.depth,
+            ctx,
             wl,
-            self.sampler,
             emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
             phase=lambda p: self.progress.phase(cell, p),
             stop_rule=self.stop_rule,
@@ -290,6 +301,7 @@ class Runner:
             "pass": cell.pass_,
             "arm": cell.arm,
             "depth": cell.depth,
+            **({"concurrency": cell.concurrency} if cell.concurrency > 1 else {}),
             "phase": "bookend",
         }
 
@@ -299,11 +311,11 @@ class Runner:
 
         watch.begin_bookend()
         try:
-            res = measure_cell(
+            res = self._rounds(
+                cell,
                 client,
-                cell.depth,
+                ctx,
                 wl.model_copy(update={"rounds": wl.bookend_rounds, "warmup_rounds": 0}),
-                self.sampler,
                 emit=lambda row: self.store.append(REQUESTS, request_row(**base, **row)),
                 phase=lambda p: self.progress.phase(cell, "bookend"),
                 between_rounds=closing_round,
@@ -326,6 +338,21 @@ class Runner:
                 f"and its close (p {out['p_value']:.2g})"
             )
         return out
+
+    def _batch(self, cell: Cell, server: VllmServer, ctx: dict[str, Any]) -> BatchClient:
+        """The server's c connections for rounds at concurrency c (made once per server)."""
+        if ctx.get("batch") is None:
+            ctx["batch"] = BatchClient(
+                server.base_url, server.api_key, self.cfg.server.request_timeout_s, cell.concurrency
+            )
+        batch: BatchClient = ctx["batch"]
+        return batch
+
+    def _rounds(self, cell: Cell, client: CellClient, ctx: dict[str, Any], wl: WorkloadCfg, **kw: Any) -> CellResult:
+        """A cell's rounds: one request at a time at c = 1 (measure.py), c together above (batch.py)."""
+        if cell.concurrency == 1:
+            return measure_cell(client, cell.depth, wl, self.sampler, **kw)
+        return measure_batch_cell(ctx["batch"], cell.depth, wl, self.sampler, **kw)
 
     def _record_failed(
         self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]

@@ -223,7 +223,7 @@ def _execute(
             f"interrupted: servers stopped; rows so far are in {store.root}; continue with --resume {store.root}"
         )
         return exits.INTERRUPTED
-    failed = [r for r in store.cells() if r["status"] != "ok"]  # this call's and earlier ones' (resume)
+    failed = [r for r in store.cells() if r["status"] == "failed"]  # this call's and earlier ones' (resume)
     verdict = None
     if cfg.gsm8k.enabled and opts.gsm8k:  # the accuracy sign-off, each arm on a fresh server
         try:

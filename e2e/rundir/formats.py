@@ -65,10 +65,37 @@ class RequestRow(_Row):
     # "bookend": a closing round of the server's first depth (e2e/stats/bookends.py), never in an estimate
     # (store.counted_requests leaves it out). Absent: a timed round of the cell.
     phase: Literal["bookend"] | None = None
+    # A round at concurrency c > 1 (e2e/run/batch.py): this row stands for the round's c requests of
+    # n_tokens, t_client_s is the round's span and server_*_s the per-request means; absent at c = 1.
+    concurrency: int | None = Field(default=None, ge=2)
+    requests: list[RoundRequest] | None = None
+    server: RoundServer | None = None
 
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class RoundRequest(_Part):
+    """One request of a round at c > 1: its own time and the server's usage."""
+
+    t_client_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    invalid_reason: str | None = None
+
+
+class RoundServer(_Part):
+    """The server around a round at c > 1, from /metrics deltas: engine steps (c requests that decode
+    together take n of them), tokens scheduled, prefix-cache queries and hits, preemptions."""
+
+    steps: float | None = None
+    tokens: float | None = None
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
+    preemptions: float | None = None
 
 
 class GpuProcess(_Part):
@@ -130,7 +157,8 @@ class CellRow(_Row):
 
     index: int | None = Field(default=None, ge=0)
     server_key: str | None = None
-    status: Literal["ok", "failed"]
+    # "skipped": not measured because the server cannot hold it (its KV cache; the run goes on)
+    status: Literal["ok", "failed", "skipped"]
     startup_s: float | None = None
     startup_phases: dict[str, Any] | None = None  # where the server start went (startup_phases.py)
     warmup_s: float | None = None
@@ -152,6 +180,7 @@ class CellRow(_Row):
     executor: str | None = None  # "ray"
     at_once: int | None = Field(default=None, ge=1)  # most cells running at once on that host meanwhile
     gpu_state: GpuCellState | None = None  # absent in rows from before it was recorded
+    concurrency: int | None = Field(default=None, ge=2)  # requests per round (absent at 1)
     bookend: BookendResult | None = None  # on the last cell of each server that reached its end
 
 
@@ -168,6 +197,7 @@ class PlanEntry(BaseModel):
     depth: int = Field(gt=0)
     server_key: str = Field(min_length=1)
     rounds: int | None = Field(default=None, ge=1)  # set by adaptive replication's allocation
+    concurrency: int = Field(default=1, ge=1)  # absent before batch sizes above 1 (and at 1)
 
 
 ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from e2e.design.config import ArmCfg, Config
+from e2e.design.config import ArmCfg, Config, max_num_seqs_args
 from e2e.errors import UserError
 from e2e.plugin import contract as pc
 from e2e.serve import live_servers
@@ -164,6 +164,9 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
         launcher=s.launcher,
         extra_args=tuple(s.extra_args) + tuple(arm.args),
         env=env,
+        prefix_caching=cfg.workload.route == "primed",
+        # at least c running requests; a --max-num-seqs of the config's own wins (it is >= c: config check)
+        max_num_seqs=cfg.workload.batch if cfg.workload.batch > 1 and not max_num_seqs_args(cfg) else None,
     )
 
 

