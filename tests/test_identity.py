@@ -131,7 +131,9 @@ def test_legacy_manifests_and_the_loud_report(tmp_path, capsys):
     (b / "manifest.json").write_text(json.dumps(m))
     report.write_report(b)
     said = [x for x in (b / "report.md").read_text().splitlines() if "14f630b43e0d" in x]
-    assert said[0].startswith("Code: commit `14f630b43e0d` with uncommitted changes") and "cannot be identified" in said[0]
+    assert (
+        said[0].startswith("Code: commit `14f630b43e0d` with uncommitted changes") and "cannot be identified" in said[0]
+    )
     report.write_report(a)
     assert "Code: " not in (a / "report.md").read_text()
     main(["compare", str(a), str(b)])
