@@ -28,7 +28,7 @@ from e2e.report import figures, tables
 from e2e.report import summary as sm
 from e2e.report.compare import CHECKED_METADATA, unfinished
 from e2e.report.progress import make_console, say
-from e2e.report.tables import CONSOLE, Col, Table, col, interval, text
+from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
 from e2e.stats import outcomes, verdicts
@@ -307,17 +307,34 @@ def say_history(console: Console, h: History, title: str) -> None:
             f"{a0['n_series']} series)",
         )
     )
+    at = {r["run"]: r["order"] for r in h.runs}
     for a in answers:
         where = f"{a['arm']} at {a['depth']} (series {a['series']})"
-        if a["decision"] in (verdicts.SLOWER, verdicts.FASTER):
-            continue  # the table names the step
-        if a["decision"] == verdicts.EQUIVALENT:
+        steps = [x for x in h.steps if (x["series"], x["arm"], x["depth"]) == (a["series"], a["arm"], a["depth"])]
+        for x in steps:
+            say(
+                console,
+                f"{where}: {x['decision']} step between #{at[x['after_run']]} and #{at[x['first_run']]}: ratio "
+                f"{num(x['ratio'], '{:.3f}')} ({interval(x['ratio_ci_lo'], x['ratio_ci_hi'], '{:.3f}')}), "
+                f"p adj {num(x['p_adjusted'], '{:.3g}')}",
+            )
+        doubt = [x for x in a["stretches"] if len(x["runs"]) > 1 and x["decision"] != verdicts.EQUIVALENT]
+        for x in doubt:
+            w = x["worst"]
+            if w is None:
+                say(
+                    console,
+                    f"{where}: cannot tell: too few servers to test a split of #{at[x['runs'][0]]} to "
+                    f"#{at[x['runs'][-1]]}",
+                )
+                continue
+            note = (w["warnings"] or [f"{w['decision']}"])[-1].removeprefix(f"{verdicts.INCONCLUSIVE}: ")
+            say(
+                console,
+                f"{where}: cannot tell between #{at[w['runs_before'][-1]]} and #{at[w['runs_after'][0]]}: {note}",
+            )
+        if not steps and not doubt:
             say(console, f"{where}: no change point; every split tested within the min effect")
-        elif a.get("note"):
-            note = a["note"].removeprefix(f"{verdicts.INCONCLUSIVE}: ")
-            say(console, f"{where}: cannot tell between #{a['after']} and #{a['first']}: {note}")
-        else:
-            say(console, f"{where}: cannot tell: too few servers to test a split")
 
 
 def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
