@@ -323,7 +323,8 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     make_run(runs / "m-mid", {"stock": 2.0}, vllm="0.26.0", started="2026-10-01T00:00:00", seed=3, between=0.003)
     make_run(runs / "b-newer", {"stock": 2.5}, vllm="0.28.0", started="2026-10-15T00:00:00", seed=4, between=0.003)
     loaded, skipped = history.load_runs(runs, "version")
-    rows, steps = history.history(loaded)
+    h = history.history(loaded)
+    rows, steps = h.rows, h.steps
     order = [r["run"] for r in rows if r["depth"] == 1024]
     # 0.9.2 < 0.26.0 < 0.27.1 < 0.28.0, not string order; two runs a side: run-to-run variation is estimable
     assert order == ["a-old", "m-mid", "z-new", "b-newer"] and not skipped
@@ -339,7 +340,10 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     p = argparse.ArgumentParser()
     history.add_history_args(p)
     assert history.history_main(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 1  # a slower step
-    assert "skipped broken" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "skipped broken" in out
+    for d in (1024, 8192):  # each step named by its runs' numbers in the runs table
+        assert f"stock at {d} (series 0): slower step between #1 and #2: ratio 1.2" in out
     assert (tmp_path / "h" / "history.png").stat().st_size > 0
     with open(tmp_path / "h" / "history.csv") as f:
         assert len(list(csv.DictReader(f))) == 8

@@ -94,7 +94,9 @@ def test_the_verdict_words_are_one_table():
     assert set(outcomes.SIGNOFF) == set(signoff.Verdict.__args__) | {outcomes.INCOMPLETE}
     assert outcomes.status_of([verdicts.SLOWER, verdicts.INSUFFICIENT_REPLICATION]) == 1
     assert outcomes.status_of([verdicts.EQUIVALENT, verdicts.INSUFFICIENT_REPLICATION]) == 3
-    assert outcomes.status_of([verdicts.FASTER, verdicts.INCONCLUSIVE, verdicts.EQUIVALENT]) == 0
+    # a gate that cannot tell never passes: inconclusive is 3 unless allowed (--allow-inconclusive)
+    assert outcomes.status_of([verdicts.FASTER, verdicts.INCONCLUSIVE, verdicts.EQUIVALENT]) == 3
+    assert outcomes.status_of([verdicts.FASTER, verdicts.INCONCLUSIVE], inconclusive_ok=True) == 0
     assert [outcomes.run_status(False, w) for w in (None, "pass", "fail", "inconclusive", "incomplete")] == [
         0,
         0,

@@ -251,27 +251,6 @@ class Gsm8k(Command):
         return session.gsm8k(cfg, run_dir, a.run_id, arms, a.limit, a.aa, a.assets_dir)
 
 
-class Report(Command):
-    name, help = "report", "summary.json/csv, report.md and figures for a run"
-
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("run_dir", help="a run folder (results/<run-id>)")
-
-    def run(self, a: argparse.Namespace) -> int:
-        from e2e.report.write import write_report
-
-        run_dir = Path(a.run_dir)
-        if run_dir.is_dir():  # a missing folder gets the reader's own "not a run folder"
-            check_writable_folder(run_dir, "report")
-        try:
-            paths = write_report(run_dir)
-        except OSError as exc:  # a single report file that cannot be replaced
-            raise UserError(f"report: cannot write {exc.filename}: {exc.strerror}") from None
-        for path in paths:
-            print(path)
-        return 0
-
-
 class CompareCommand(Delegate):
     """compare: --json FILE is checked before the runs are read, so an unwritable FILE is one line."""
 
@@ -306,7 +285,9 @@ COMMANDS: dict[str, Command] = {
         Gsm8k(),
         Delegate("twin", "build a random-weight shape twin of a model", "e2e.twin"),
         Kernels(),
-        Report(),
+        Delegate(
+            "report", "summary.json/csv, report.md and figures for a run; --pr: a block for a PR", "e2e.report.command"
+        ),
         CompareCommand(
             "compare",
             "RUN_A RUN_B: exit 0 no regression, 1 regression, 3 cannot decide",

@@ -6,9 +6,10 @@ one replicate), decided with Holm's correction across the arm x depth family. Tw
 run-to-run variation beyond their servers: `history` over several runs can (e2e/stats/changepoints.py). Runs are comparable only when the CHECKED metadata match (pyperf's
 rule); a mismatch is refused unless --force, and then every mismatch is printed.
 
-Exit status: 0 no regression detected (every row faster, equivalent or inconclusive: the rows say
-what the design could resolve), 1 a regression (a row "slower"), 2 bad input or error, 3 cannot
-decide (a run without valid cells, an arm missing from B, or a row with insufficient replication).
+Exit status (MEANING): 0 no regression (every row faster or equivalent), 1 a regression (a row
+"slower"), 2 bad input or error, 3 cannot decide (a row inconclusive: it cannot tell, unless
+--allow-inconclusive; a run without valid cells, an arm missing from B, or a row with insufficient
+replication). A gate never passes blind: a row whose interval reaches past the min effect is not a pass.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from e2e import exits
 from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
 from e2e.report import summary as sm
-from e2e.report.progress import make_console
+from e2e.report.progress import make_console, say
 from e2e.report.tables import render_console
 from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
@@ -34,6 +36,12 @@ from e2e.stats import estimate, outcomes, verdicts
 from e2e.stats import variance_model as vm
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
+MEANING = {
+    exits.OK: "done: no regression (every row faster or equivalent)",
+    REGRESSION: 'done: a regression (a row "slower")',
+    CANNOT_DECIDE: "done, but it cannot decide (a row inconclusive or without the servers to decide, "
+    "or an arm or run without cells)",
+}
 
 
 def _flag(a: RunAnalysis, flag: str, default: str) -> str:
@@ -88,11 +96,12 @@ def unfinished(r: RunAnalysis) -> str | None:
 
 
 def compare_runs(
-    a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None
+    a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None, allow_inconclusive: bool = False
 ) -> tuple[list[dict[str, Any]], str, list[str]]:
     """(rows, the correction line, reasons the comparison cannot decide). Rows: arm, depth, run A
     and run B pooled estimates, and the B/A comparison with its decision. Alpha and min effect are
-    run A's (the baseline's); --force with different ones says so."""
+    run A's (the baseline's); --force with different ones says so. An inconclusive row cannot
+    decide unless allow_inconclusive."""
     if arms is not None:
         for x in arms:
             if x not in a.arms or x not in b.arms:
@@ -131,7 +140,7 @@ def compare_runs(
     undecidable += [
         f"{r['arm']} at {r['depth']}: {r['decision']}"
         for r in rows
-        if outcomes.status_of([r["decision"]]) == exits.CANNOT_DECIDE
+        if outcomes.status_of([r["decision"]], inconclusive_ok=allow_inconclusive) == exits.CANNOT_DECIDE
     ]
     return rows, line, undecidable
 
@@ -142,45 +151,56 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arm", action="append", help="arm(s) to compare (default: every arm in both runs)")
     p.add_argument("--force", action="store_true", help="compare although checked metadata differ")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument(
+        "--allow-inconclusive",
+        action="store_true",
+        help="exit 0 when a row is inconclusive (it cannot tell; default: exit 3)",
+    )
 
 
 def compare_main(args: argparse.Namespace, console: Console | None = None) -> int:
-    """0 no regression detected, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
+    """0 no regression, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
     console = console or make_console()
     a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
     if a.estimator != b.estimator:  # one definition for both sides: the plain one both rows have
-        console.print(
-            f"[yellow]warning: the runs' estimators differ ({a.estimator} vs {b.estimator}): both "
-            f"compared on the plain client estimate[/yellow]"
+        say(
+            console,
+            f"warning: the runs' estimators differ ({a.estimator} vs {b.estimator}): both "
+            "compared on the plain client estimate",
+            "yellow",
         )
         a, b = RunAnalysis(args.run_a, estimate.CLIENT), RunAnalysis(args.run_b, estimate.CLIENT)
     mism = metadata_mismatches(a, b)
     if mism and not args.force:
         raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")
     for m in mism:
-        console.print(f"[yellow]warning: metadata differ (forced): {m}[/yellow]")
+        say(console, f"warning: metadata differ (forced): {m}", "yellow")
     unknown = {r.root.name: identity.describe(r.manifest) for r in (a, b)}
     for name, code in unknown.items():
         if not code["identified"]:
-            console.print(f"[bold red]warning: CODE NOT IDENTIFIED in {name}: {code['line']}[/bold red]")
+            say(console, f"warning: CODE NOT IDENTIFIED in {name}: {code['line']}", "bold red")
     short = [w for w in map(unfinished, (a, b)) if w]
     for w in short:
-        console.print(f"[bold yellow]warning: RUN NOT FINISHED: {w}[/bold yellow]")
-    rows, line, undecidable = compare_runs(a, b, args.arm)
+        say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
+    allow = getattr(args, "allow_inconclusive", False)
+    rows, line, undecidable = compare_runs(a, b, args.arm, allow)
     console.print(
         render_console(
             sm.COMPARE,
             rows,
-            f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
-            f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})",
+            escape(
+                f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
+                f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})"
+            ),
         )
     )
-    console.print(f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
+    say(console, f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
     for r in rows:
         for w in r["warnings"]:
-            console.print(f"warning: {r['arm']} at {r['depth']}: {w}")
+            say(console, f"warning: {r['arm']} at {r['depth']}: {w}")
     regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
-    status = exits.worst([outcomes.status_of(r["decision"] for r in rows)] + [CANNOT_DECIDE] * bool(undecidable))
+    words = (r["decision"] for r in rows)
+    status = exits.worst([outcomes.status_of(words, inconclusive_ok=allow)] + [CANNOT_DECIDE] * bool(undecidable))
     if args.json:
         write_json_atomic(
             Path(args.json),
@@ -196,14 +216,21 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
                 "rows": rows,
                 "regressions": len(regressions),
                 "cannot_decide": undecidable,
+                "allow_inconclusive": allow,
                 "exit_status": status,
             },
         )
+    inconclusive = [r for r in rows if r["decision"] == verdicts.INCONCLUSIVE]
     if regressions:
-        console.print(f"[red]{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %[/red]")
+        say(console, f"{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %", "red")
     elif undecidable:
-        console.print("[yellow]cannot decide: " + "; ".join(undecidable) + "[/yellow]")
+        say(console, "cannot decide: " + "; ".join(undecidable), "yellow")
+    elif inconclusive:  # allowed: said, never read as a pass
+        say(console, f"no row slower; {len(inconclusive)} inconclusive, allowed by --allow-inconclusive", "yellow")
     else:
-        console.print("no regression detected (see the MDE of any inconclusive row)")
-    console.print(f"exit status {status}: {exits.MEANING[status]}")
+        say(console, "no regression: every row faster or equivalent")
+    meaning = (
+        "done: no row slower; inconclusive rows allowed" if status == exits.OK and inconclusive else MEANING[status]
+    )
+    say(console, f"exit status {status}: {meaning}")
     return status

@@ -20,7 +20,7 @@ from typing import Any
 
 from e2e.report import tables
 from e2e.stats import outcomes
-from e2e.stats.verdicts import BETWEEN
+from e2e.stats.verdicts import BETWEEN, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION
 
 RATIO, DECODE = "ratio_vs_depth.png", "decode_vs_depth.png"
 FILES = (DECODE, RATIO)
@@ -253,8 +253,24 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
 
 
 # -- history --------------------------------------------------------------------------------------------
-def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], order_by: str, path: Path) -> Path | None:
-    """A panel per (series, arm, depth); None (no file) when no run has an estimate."""
+QUIET = {
+    EQUIVALENT: " (no change point)",
+    INCONCLUSIVE: " (cannot tell)",
+    INSUFFICIENT_REPLICATION: " (too few servers)",
+}
+
+
+def history_figure(
+    rows: list[dict[str, Any]],
+    steps: list[dict[str, Any]],
+    order_by: str,
+    path: Path,
+    answers: list[dict[str, Any]] | None = None,
+) -> Path | None:
+    """A panel per (series, arm, depth); None (no file) when no run has an estimate. answers: each
+    series' answer (history.history), which titles a panel without a step (no change point, or
+    cannot tell)."""
+    said = {(a["series"], a["arm"], a["depth"]): a["decision"] for a in answers or []}
     keys = sorted({(r["series"], r["arm"], r["depth"]) for r in rows if r.get("estimate_ms") is not None})
     if not keys:
         return None
@@ -312,15 +328,9 @@ def history_figure(rows: list[dict[str, Any]], steps: list[dict[str, Any]], orde
             )
         ax.set_xticks([o for o, *_ in runs], labels, fontsize=6)
         ax.set_xlim(-0.5, len(runs) - 0.5)
-        ax.set_title(
-            f"series {series}: {arm} @ {depth_label(d)}"
-            + (
-                ""
-                if any(st["series"] == series and st["arm"] == arm and st["depth"] == d for st in steps)
-                else " (no change point)"
-            ),
-            fontsize=9,
-        )
+        stepped = any(st["series"] == series and st["arm"] == arm and st["depth"] == d for st in steps)
+        answer = "" if stepped else QUIET.get(said.get((series, arm, d), ""), "")
+        ax.set_title(f"series {series}: {arm} @ {depth_label(d)}{answer}", fontsize=9)
         ax.set_ylabel("decode ms/token")
         ax.grid(alpha=0.3)
     fig.suptitle(

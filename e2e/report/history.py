@@ -1,21 +1,24 @@
 """`history DIR`: a series of runs (ordered by vLLM version, or by date): per arm and depth the
-decode estimate with its interval, and the change points of the series (e2e/stats/changepoints.py: steps
-confirmed by the same pooled comparison a run uses), with a table, a CSV and a plot.
+decode estimate with its interval, the change points of the series (e2e/stats/changepoints.py: steps
+confirmed by the same pooled comparison a run uses) and whether the runs between them held still,
+with a table, a CSV and a plot.
 
 Runs are grouped into series by the checked metadata of e2e/report/compare.py (a step between runs of
 different models or GPUs is not a regression of vLLM); a run folder that cannot be read is skipped
-with a warning. Exit status: 0 no "slower" step, 1 a "slower" step, 3 cannot decide (no series with
-two runs), 2 bad input.
+with a warning, and a folder that holds a run already counted (a link such as `results/latest`, or a
+copy) is skipped naming it: each run counts once. Exit status: see MEANING.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from e2e import exits
 from e2e.analysis.manifest_facts import vllm_version
@@ -24,14 +27,80 @@ from e2e.errors import UserError
 from e2e.report import figures, tables
 from e2e.report import summary as sm
 from e2e.report.compare import CHECKED_METADATA, unfinished
-from e2e.report.progress import make_console
-from e2e.report.tables import interval, num
+from e2e.report.progress import make_console, say
+from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
 from e2e.stats import outcomes, verdicts
-from e2e.stats.changepoints import find_change_points
+from e2e.stats.changepoints import judge_series
 
 SERIES_KEYS = [k for k in CHECKED_METADATA if k != "depths"]  # a run may add or drop a depth
+
+MEANING = {
+    exits.OK: "done: no slower step, and every stretch between steps held within the min effect",
+    exits.FAILED: 'done: a "slower" step',
+    exits.CANNOT_DECIDE: "done, but it cannot tell: a stretch of runs not shown within the min effect "
+    "(inconclusive; --allow-inconclusive accepts it), too few servers, or no series of two runs",
+}
+
+# The console's view of the history (history.csv has every field: summary.HISTORY): the runs once,
+# then each point by the run's number, then one line per series; 100 columns hold all three.
+RUNS = Table(
+    "history-runs",
+    (
+        col("order", "#", "{}", CONSOLE),
+        col("run", "run", None, CONSOLE),
+        col("vllm", "vLLM", None, CONSOLE),
+        col("time_order", "in time", "{}", CONSOLE),
+        Col("started", lambda r: text(r.get("started"))[:16].replace("T", " "), views=CONSOLE),
+        Col("finished", lambda r: "yes" if r.get("finished") else "NO", views=CONSOLE),
+        col("series", "series", "{}", CONSOLE),
+    ),
+)
+POINTS = Table(
+    "history-points",
+    (
+        col("order", "#", "{}", CONSOLE),
+        col("arm", "arm", None, CONSOLE),
+        col("depth", "depth", "{}", CONSOLE),
+        col("estimate_ms", "ms/tok", views=CONSOLE),
+        Col("95 % CI", lambda r: interval(r.get("ci_lo_ms"), r.get("ci_hi_ms")), views=CONSOLE),
+        Col(
+            "servers",
+            lambda r: f"{r['n_cells']}" + ("*" if r.get("ci_kind") == verdicts.WITHIN_ONE else ""),
+            views=CONSOLE,
+        ),
+    ),
+)
+
+
+def _answer(r: dict[str, Any]) -> str:
+    return {
+        verdicts.SLOWER: "slower step",
+        verdicts.FASTER: "faster step",
+        verdicts.EQUIVALENT: "no change point",
+        verdicts.INCONCLUSIVE: "cannot tell",
+    }.get(r["decision"], r["decision"])
+
+
+def _colour(r: dict[str, Any]) -> str | None:
+    w = outcomes.latency(r.get("decision"))
+    return w.colour if w else None
+
+
+SERIES = Table(
+    "history-series",
+    (
+        col("series", "series", "{}", CONSOLE),
+        col("arm", "arm", None, CONSOLE),
+        col("depth", "depth", "{}", CONSOLE),
+        Col("answer", _answer, views=CONSOLE, colour=_colour),
+        Col("at", lambda r: f"{r['after']} | {r['first']}" if r.get("first") is not None else "-", views=CONSOLE),
+        col("ratio", "ratio", "{:.3f}", CONSOLE),
+        Col("95 % CI", lambda r: interval(r.get("ratio_ci_lo"), r.get("ratio_ci_hi"), "{:.3f}"), views=CONSOLE),
+        col("mde_pct", "MDE %", "{:.1f}", CONSOLE),
+    ),
+)
 
 
 def _version_key(v: str | None) -> tuple[Any, ...]:
@@ -63,14 +132,34 @@ def find_runs(folder: Path, match: str | list[str] = "*") -> list[Path]:
     return runs
 
 
+def _identity(r: RunAnalysis) -> tuple[Any, ...]:
+    """What makes a run itself wherever its folder lies: its id and start as its manifest says."""
+    return (r.manifest.get("run_id"), r.manifest.get("started"), r.manifest.get("config_sha256"))
+
+
 def load_runs(folder: Path, order_by: str, match: str | list[str] = "*") -> tuple[list[RunAnalysis], list[str]]:
-    """The readable runs in series order, and a warning for each run folder skipped."""
-    runs, skipped = [], []
-    for p in find_runs(folder, match):
+    """The readable runs in series order, each once, and a warning for each run folder skipped (one
+    that cannot be read, or that holds a run already counted: a link to it, or a copy). Of a run's
+    folders the real one (not a link) is kept, then the first by name."""
+    runs: list[RunAnalysis] = []
+    skipped: list[str] = []
+    seen: dict[Any, str] = {}
+    for p in sorted(find_runs(folder, match), key=lambda p: (p.is_symlink(), p.name)):
+        where = p.resolve()
+        if where in seen:
+            skipped.append(f"skipped {p.name}: the same folder as {seen[where]} (a link to it)")
+            continue
         try:
-            runs.append(RunAnalysis(p))
+            r = RunAnalysis(p)
         except UserError as exc:
             skipped.append(f"skipped {p.name}: {exc}")
+            continue
+        same = seen.get(_identity(r))
+        if same is not None:
+            skipped.append(f"skipped {p.name}: the same run as {same} (its manifest's run id and start)")
+            continue
+        seen[where] = seen[_identity(r)] = p.name
+        runs.append(r)
     if order_by == "version":
         runs.sort(key=lambda r: (_version_key(vllm_version(r.manifest)), r.manifest.get("started") or ""))
     else:
@@ -78,10 +167,22 @@ def load_runs(folder: Path, order_by: str, match: str | list[str] = "*") -> tupl
     return runs, skipped
 
 
-def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, steps). Rows: one per (run, arm, depth) in series order with the pooled estimate.
-    Steps: the change points of each series (same checked metadata), arm and depth."""
-    rows, steps = [], []
+@dataclass
+class History:
+    """runs: one row per run in series order. rows: one per (run, arm, depth) with the pooled
+    estimate (history.csv). steps: the change points of each series (same checked metadata), arm and
+    depth. answers: per series, arm and depth, its answer (a step's word, else how the stretches
+    between steps held) and the comparison it rests on."""
+
+    runs: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    answers: list[dict[str, Any]]
+
+
+def history(runs: list[RunAnalysis]) -> History:
+    """The history of runs in series order (load_runs)."""
+    rows, table = [], []
     series: dict[tuple[str, ...], list[int]] = {}
     # each run's place in time (1 = first started), shown beside its version: a version order
     # is not the order the runs were measured in
@@ -90,19 +191,24 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
         key = tuple(repr(CHECKED_METADATA[k](r)) for k in SERIES_KEYS)
         series.setdefault(key, []).append(i)
         finished = unfinished(r) is None
+        table.append(
+            {
+                "order": i,
+                "run": r.root.name,
+                "vllm": vllm_version(r.manifest),
+                "time_order": in_time[id(r)],
+                "started": r.manifest.get("started"),
+                "finished": finished,
+                "series": list(series).index(key),
+            }
+        )
         for arm in r.arms:
             for d in r.depths:
                 rows.append(
                     {
-                        "order": i,
-                        "run": r.root.name,
-                        "vllm": vllm_version(r.manifest),
-                        "time_order": in_time[id(r)],
-                        "started": r.manifest.get("started"),
-                        "finished": finished,
+                        **table[-1],
                         "arm": arm,
                         "depth": d,
-                        "series": list(series).index(key),
                         "estimator": r.estimator,
                         **verdicts.arm_estimate(r.fit, arm, d, r._cells_of(arm, d)),
                     }
@@ -114,28 +220,40 @@ def history(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[st
             idx = [i for i in members if runs[i]._cells_of(arm, d)]
             if len(idx) >= 2:
                 todo.append((s, arm, d, idx))
+    steps, answers = [], []
     # one family: every arm x depth series of the history (Bonferroni over them in changepoints)
     for s, arm, d, idx in todo:
-        cps = find_change_points(
+        res = judge_series(
             [runs[i]._cells_of(arm, d) for i in idx],
             runs[idx[0]].alpha,
             runs[idx[0]].min_effect_pct,
             labels=[runs[i].root.name for i in idx],
             n_series=len(todo),
         )
+        at = {runs[i].root.name: i for i in idx}
+        here = {"series": s, "arm": arm, "depth": d, "n_series": len(todo)}
         steps += [
-            {
-                "series": s,
-                "arm": arm,
-                "depth": d,
-                "after_run": cp.runs_before[-1],
-                "first_run": cp.runs_after[0],
-                "n_series": len(todo),
-                **cp.to_dict(),
-            }
-            for cp in cps
+            {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()} for cp in res.steps
         ]
-    return rows, steps
+        # what the answer rests on: the first step, else the stretch least shown to hold still
+        doubt = min(
+            (x for x in res.stretches if x.worst), key=lambda x: x.decision == verdicts.EQUIVALENT, default=None
+        )
+        shown = res.steps[0] if res.steps else doubt.worst if doubt else None
+        head = shown.to_dict() if shown else {}
+        answers.append(
+            {
+                **here,
+                "decision": res.decision,
+                "runs": [runs[i].root.name for i in idx],
+                "after": at[shown.runs_before[-1]] if shown else None,
+                "first": at[shown.runs_after[0]] if shown else None,
+                **{k: head.get(k) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "p_adjusted")},
+                "note": (head.get("warnings") or [None])[-1],
+                "stretches": [x.to_dict() for x in res.stretches],
+            }
+        )
+    return History(table, rows, steps, answers)
 
 
 def add_history_args(p: argparse.ArgumentParser) -> None:
@@ -153,6 +271,70 @@ def add_history_args(p: argparse.ArgumentParser) -> None:
         help="only run folders whose name matches (e.g. 'cpu-vllm-*'; repeat for several; default: all)",
     )
     p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
+    p.add_argument(
+        "--allow-inconclusive",
+        action="store_true",
+        help="exit 0 when a stretch of runs cannot be told from a change of the min effect (default: exit 3)",
+    )
+
+
+def status_of(steps: list[dict[str, Any]], answers: list[dict[str, Any]], allow_inconclusive: bool) -> int:
+    """1 a slower step; 3 a series that cannot tell (unless allowed) or no series of two runs; else 0."""
+    if not answers:
+        return exits.CANNOT_DECIDE
+    words = [s["decision"] for s in steps] + [
+        x["decision"] for a in answers for x in a["stretches"] if len(x["runs"]) > 1
+    ]
+    return outcomes.status_of(words, inconclusive_ok=allow_inconclusive)
+
+
+def say_history(console: Console, h: History, title: str) -> None:
+    """The runs once, each point by its run's number, then the answer of every series."""
+    rows, answers = h.rows, h.answers
+    console.print(tables.render_console(RUNS, h.runs, escape(title)))
+    console.print(tables.render_console(POINTS, rows, "each run's points (# above)"))
+    if any(r.get("ci_kind") == verdicts.WITHIN_ONE for r in rows):
+        say(console, "servers*: one server at that point, so its interval is within that server only")
+    if not answers:
+        say(console, "no series holds two runs with a point in common: nothing to compare")
+        return
+    a0 = answers[0]
+    console.print(
+        tables.render_console(
+            SERIES,
+            answers,
+            f"change points per series, arm and depth (at: the runs # | # either side; Bonferroni over "
+            f"{a0['n_series']} series)",
+        )
+    )
+    at = {r["run"]: r["order"] for r in h.runs}
+    for a in answers:
+        where = f"{a['arm']} at {a['depth']} (series {a['series']})"
+        steps = [x for x in h.steps if (x["series"], x["arm"], x["depth"]) == (a["series"], a["arm"], a["depth"])]
+        for x in steps:
+            say(
+                console,
+                f"{where}: {x['decision']} step between #{at[x['after_run']]} and #{at[x['first_run']]}: ratio "
+                f"{num(x['ratio'], '{:.3f}')} ({interval(x['ratio_ci_lo'], x['ratio_ci_hi'], '{:.3f}')}), "
+                f"p adj {num(x['p_adjusted'], '{:.3g}')}",
+            )
+        doubt = [x for x in a["stretches"] if len(x["runs"]) > 1 and x["decision"] != verdicts.EQUIVALENT]
+        for x in doubt:
+            w = x["worst"]
+            if w is None:
+                say(
+                    console,
+                    f"{where}: cannot tell: too few servers to test a split of #{at[x['runs'][0]]} to "
+                    f"#{at[x['runs'][-1]]}",
+                )
+                continue
+            note = (w["warnings"] or [f"{w['decision']}"])[-1].removeprefix(f"{verdicts.INCONCLUSIVE}: ")
+            say(
+                console,
+                f"{where}: cannot tell between #{at[w['runs_before'][-1]]} and #{at[w['runs_after'][0]]}: {note}",
+            )
+        if not steps and not doubt:
+            say(console, f"{where}: no change point; every split tested within the min effect")
 
 
 def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
@@ -160,23 +342,19 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     folder = Path(args.folder)
     runs, skipped = load_runs(folder, args.order_by, args.match or "*")
     for w in skipped:
-        console.print(f"[yellow]warning: {w}[/yellow]")
+        say(console, f"warning: {w}", "yellow")
     if not runs:
         raise UserError(f"history: no readable run folder under {folder}")
     short = [w for w in map(unfinished, runs) if w]
     for w in short:  # its rows are in the series, for what they hold; the reader must know it stopped short
-        console.print(f"[bold yellow]warning: RUN NOT FINISHED: {w}[/bold yellow]")
-    rows, steps = history(runs)
+        say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
+    h = history(runs)
+    rows, steps, answers = h.rows, h.steps, h.answers
     out = Path(args.out) if args.out else folder
     out.mkdir(parents=True, exist_ok=True)
-    console.print(tables.render_console(sm.HISTORY, rows, f"history of {folder} (by {args.order_by})"))
-    for s in steps:
-        console.print(
-            f"change point: {s['arm']} at {s['depth']} between {s['after_run']} and {s['first_run']}: "
-            f"ratio {num(s['ratio'], '{:.3f}')} ({interval(s['ratio_ci_lo'], s['ratio_ci_hi'], '{:.3f}')}), "
-            f"p adj {num(s['p_adjusted'], '{:.3g}')}: {s['decision']}"
-        )
+    say_history(console, h, f"history of {folder} (by {args.order_by}): {len(runs)} runs")
     tables.write_table_csv(out / "history.csv", sm.HISTORY, rows, VERSIONS["history"])
+    status = status_of(steps, answers, args.allow_inconclusive)
     write_json_atomic(
         out / "history.json",
         {
@@ -185,19 +363,23 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
             "order_by": args.order_by,
             "runs": rows,
             "change_points": steps,
+            "series": answers,
             "skipped": skipped,
             "unfinished": short,
+            "exit_status": status,
         },
     )
-    fig = figures.history_figure(rows, steps, args.order_by, out / "history.png")
+    fig = figures.history_figure(rows, steps, args.order_by, out / "history.png", answers)
     if fig is None and (out / "history.png").is_file():
         (out / "history.png").unlink()  # an earlier history's figure: this one has nothing to draw
-    console.print(
+    say(
+        console,
         f"wrote {out / 'history.csv'}, history.json"
-        + (" and history.png" if fig else " (no figure: no run has an estimate)")
+        + (" and history.png" if fig else " (no figure: no run has an estimate)"),
     )
-    comparable = any(len({r["order"] for r in rows if r["series"] == s}) >= 2 for s in {r["series"] for r in rows})
-    status = outcomes.status_of(s["decision"] for s in steps if outcomes.LATENCY[s["decision"]].regression)
-    status = status or (exits.OK if comparable else exits.CANNOT_DECIDE)
-    console.print(f"exit status {status}: {exits.MEANING[status]}")
+    allowed = status == exits.OK and any(
+        x["decision"] != verdicts.EQUIVALENT for a in answers for x in a["stretches"] if len(x["runs"]) > 1
+    )
+    meaning = "done: no slower step; stretches it cannot tell allowed" if allowed else MEANING[status]
+    say(console, f"exit status {status}: {meaning}")
     return status

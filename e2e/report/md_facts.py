@@ -1,5 +1,6 @@
-"""report.md's head and facts table: what ran, how, and what a reader must know first (a twin, code not
-identified, a run not finished); the one-line accounts of the executors, GPU time and replication."""
+"""report.md's head and facts table: what ran, how, and what a reader must know first (a twin, a run not
+finished; code that cannot be identified, in one line); the one-line accounts of the executors, GPU
+time and replication."""
 
 from __future__ import annotations
 
@@ -42,12 +43,6 @@ def head(s: dict[str, Any]) -> list[str]:
             "no accuracy figure here means anything.",
             "",
         ]
-    if not f["code"]["identified"]:
-        md += [
-            f"> **WARNING: CODE NOT IDENTIFIED.** {f['code']['line']}. These numbers cannot be tied to a "
-            "version of this project.",
-            "",
-        ]
     if f["status"] not in FINISHED:
         md += [
             f"> **WARNING: RUN NOT FINISHED: status `{f['status']}`**"
@@ -60,6 +55,8 @@ def head(s: dict[str, Any]) -> list[str]:
             + ". What is below is what its rows hold.",
             "",
         ]
+    if not f["code"]["identified"]:  # said in one line, not a banner: the numbers stand, their code is unknown
+        md += [f"Code: {f['code']['line']}.", ""]
     return md
 
 

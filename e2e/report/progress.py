@@ -1,5 +1,6 @@
 """Progress on the terminal (rich): cell n of N, the phase, an ETA, a line per finished cell. (The
-tables at the end of a run are the summary's: e2e/run/session.py's say_the_answer.)"""
+tables at the end of a run are the summary's: e2e/report/answer.py.) Every line here carries data
+(arm and cell names, paths, errors): it is printed as text, never read as rich markup."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
+from rich.text import Text
 
 from e2e.report.tables import num
 
@@ -17,6 +19,12 @@ def make_console(stderr: bool = False) -> Console:
     truncates table cells; use 160 there so the cell table stays readable."""
     console = Console(stderr=stderr)
     return console if console.is_terminal else Console(stderr=stderr, width=160)
+
+
+def say(console: Console, line: str, style: str | None = None) -> None:
+    """One line that holds data (a name, a path, an error) on the console: printed as it is, so a
+    `[` in it is never read as markup (rich.markup.escape where a line mixes both)."""
+    console.print(Text(line, style=style or ""))
 
 
 class Progress:
@@ -32,7 +40,7 @@ class Progress:
         if not self.enabled:
             return
         self._bar = RichProgress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -49,10 +57,10 @@ class Progress:
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=text)
         else:  # plain mode: one line per phase (logs, CI, and the interrupt tests read these)
-            self.console.print(text)
+            say(self.console, text)
 
     def note(self, text: str) -> None:
-        self.console.print(text)
+        say(self.console, text)
 
     def cell_done(self, cell: Any, row: dict[str, Any]) -> None:
         msg = (
@@ -63,7 +71,7 @@ class Progress:
         )
         if row["status"] != "ok":
             msg += f"  error: {row.get('error')}"
-        self.console.print(msg)
+        say(self.console, msg)
         if self._bar is not None and self._task is not None:
             self._bar.advance(self._task)
 

@@ -11,6 +11,7 @@ column in CSV, a line in Markdown).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,26 @@ def gsm8k_summaries(run_dir: Path) -> list[dict[str, Any]]:
     return [{"file": str(p.relative_to(run_dir)), "content": content}]
 
 
+@dataclass(frozen=True)
+class Written:
+    """What write() wrote (paths), from which summary (as summary.json holds it) of which run."""
+
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    paths: list[Path]
+
+
 def write_report(run_dir: Path | str) -> list[Path]:
     """Analyse a run folder and write its report files into it; returns the paths written."""
+    return write(run_dir).paths
+
+
+def write(run_dir: Path | str) -> Written:
+    """Analyse a run folder and write its report files into it."""
     root = Path(run_dir)
     check_closed(root)  # a link in the folder: refused before a row is read or a file written
-    s = report_md.as_json(sm.build(RunAnalysis(root), gsm8k_summaries(root)))
+    a = RunAnalysis(root)
+    s = report_md.as_json(sm.build(a, gsm8k_summaries(root)))
     write_json_atomic(root / "summary.json", s)
     written = [root / "summary.json"]
     written.append(tables.write_table_csv(root / "summary.csv", sm.CELLS, s["cells"], SCHEMA_VERSION))
@@ -53,4 +69,4 @@ def write_report(run_dir: Path | str) -> list[Path]:
     written += drawn
     write_atomic(root / "report.md", report_md.markdown_report(s))
     written.append(root / "report.md")
-    return written
+    return Written(s, a.manifest, written)

@@ -32,9 +32,8 @@ from e2e.design.config import (
 )
 from e2e.design.plan import Cell, next_pass
 from e2e.errors import UserError
-from e2e.report import summary as sm
+from e2e.report.answer import say_the_answer
 from e2e.report.progress import Progress, make_console
-from e2e.report.tables import render_console
 from e2e.run.executors import Executor, ExecutorOptions, LocalExecutor
 from e2e.run.executors import create as create_executor
 from e2e.run.measure import TokenSampler
@@ -331,41 +330,6 @@ def _mark_stopped(store: RunStore, exc: Exception) -> None:
             store.update_manifest(exit_status=code, error=error)
     except Exception:
         pass
-
-
-# -- the console's last word ---------------------------------------------------------------------
-def say_the_answer(console: Any, root: Path, status: int, s: dict[str, Any] | None) -> None:
-    """The verdict table (arm, depth, ratio and interval, verdict, MDE), the cells, the sign-off and
-    what the exit status means, from the summary just written (none: the exit status alone)."""
-    if s is None:
-        console.print(f"no summary.json in {root}; exit status {status}: {exits.MEANING[status]}")
-        return
-    console.print(render_console(sm.CELLS, s["cells"], title=f"{s['run']['run_id']}: cells"))
-    pooled = [c for c in s["comparisons"] if c["scope"] == "pooled"]
-    if pooled:
-        console.print(
-            render_console(
-                sm.COMPARISONS,
-                pooled,
-                title="verdicts (each arm against "
-                f"{s['run']['reference_arm']}; Holm, min effect {s['run']['min_effect_pct']:g} %)",
-            )
-        )
-    else:
-        console.print("verdicts: one arm only, nothing to compare")
-    for g in s.get("gsm8k") or []:
-        c = g["content"]
-        if isinstance(c, dict) and "units" in c:
-            primary = [x for x in c.get("comparisons") or [] if x.get("primary")]
-            console.print(
-                render_console(
-                    sm.GSM8K_COMPARISONS, primary, title=f"gsm8k sign-off: {c['verdict']} ({c['questions']} questions)"
-                )
-            )
-            for w in c.get("warnings") or []:
-                console.print(f"gsm8k: {w}")
-    console.print(f"report: {root / 'report.md'}")
-    console.print(f"exit status {status}: {exits.MEANING[status]}")
 
 
 # -- the stand-alone sign-off's folder -----------------------------------------------------------

@@ -56,7 +56,7 @@ LATENCY: dict[str, Word] = {
             False,
             False,
             "#7f7f7f",
-            exits.OK,
+            exits.CANNOT_DECIDE,  # a gate that cannot tell never passes (compare's --allow-inconclusive)
         ),
         Word(
             INSUFFICIENT_REPLICATION,
@@ -122,10 +122,18 @@ def rule_text(words: Iterable[str] = (SLOWER, EQUIVALENT, INCONCLUSIVE, INSUFFIC
     return "; ".join(parts) + "."
 
 
-def status_of(words: Iterable[str | None], table: dict[str, Word] = LATENCY) -> int:
+def status_of(words: Iterable[str | None], table: dict[str, Word] = LATENCY, inconclusive_ok: bool = False) -> int:
     """The exit status of a set of result words: a regression (1) over cannot decide (3) over 0.
-    A word the table does not know cannot decide."""
-    return exits.worst(table[w].exit_status if w in table else exits.CANNOT_DECIDE for w in words)
+    A word the table does not know cannot decide. inconclusive_ok: an inconclusive latency word
+    counts as done (compare's and history's --allow-inconclusive)."""
+    return exits.worst(
+        exits.OK
+        if inconclusive_ok and table is LATENCY and w == INCONCLUSIVE
+        else table[w].exit_status
+        if w in table
+        else exits.CANNOT_DECIDE
+        for w in words
+    )
 
 
 def run_status(failed_cells: bool, signoff_word: str | None) -> int:

@@ -388,7 +388,14 @@ def decide_family(comparisons: Sequence[Comparison], alpha: float, method: str =
 def inconclusive_note(c: Comparison) -> None:
     """The warning an inconclusive comparison carries: what the design could resolve, and what
     would (servers_needed, when planning filled it in). Said once, however often it is re-decided."""
-    c.warnings = [w for w in c.warnings if not w.startswith("inconclusive: with")]
+    c.warnings = [w for w in c.warnings if not w.startswith("inconclusive:")]
+    if c.decision == INCONCLUSIVE and c.ratio and c.ci and c.p_adjusted is not None and c.p_adjusted < c.alpha:
+        lo, hi = (100 * (x - 1) for x in c.ci)  # a real change, too small to count: not a lack of power
+        c.warnings.append(
+            f"inconclusive: {100 * (c.ratio - 1):+.1f} % ({lo:.1f} to {hi:.1f}), below the "
+            f"{c.min_effect_pct:g} % minimum effect (significant, but not shown within +-{c.min_effect_pct:g} %)"
+        )
+        return
     if c.decision != INCONCLUSIVE or c.mde_pct is None:
         return
     need = ""

