@@ -12,6 +12,7 @@ from scipy import stats as st
 from e2e.errors import UserError
 from e2e.stats import cells as stats
 from e2e.stats import changepoints as cp
+from e2e.stats import one_arm
 from e2e.stats import verdicts as v
 from tests.support.synthetic import L, S, cs
 
@@ -168,7 +169,7 @@ def test_decide_family_adjusts_and_redecides():
 # -- one arm, one pass ----------------------------------------------------------------------------
 def test_pooled_estimate_matches_scipy_t_interval():
     cc = quiet(30.0, 32.0, 31.0)
-    pe = v.pooled_estimate(cc)
+    pe = one_arm.pooled_estimate(cc)
     x = logs(cc)
     lo, hi = st.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=st.sem(x))
     assert pe["ci_lo_ms"] == pytest.approx(math.exp(lo), rel=1e-5) and pe["ci_hi_ms"] == pytest.approx(
@@ -176,10 +177,10 @@ def test_pooled_estimate_matches_scipy_t_interval():
     )
     assert pe["ci_kind"] == v.BETWEEN and pe["n_cells"] == 3
     cc = cells(30.0, 32.0, 31.0)
-    one = v.pooled_estimate(cc[:1])
+    one = one_arm.pooled_estimate(cc[:1])
     assert one["n_cells"] == 1 and (one["ci_lo_ms"], one["ci_hi_ms"]) == cc[0].ci
     assert one["ci_kind"] == v.WITHIN_ONE
-    assert v.pooled_estimate([])["estimate_ms"] is None
+    assert one_arm.pooled_estimate([])["estimate_ms"] is None
 
 
 def test_within_server_ratio_gives_an_interval_and_no_decision():

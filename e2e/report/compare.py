@@ -32,7 +32,7 @@ from e2e.report.tables import render_console
 from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
-from e2e.stats import estimate, outcomes, verdicts
+from e2e.stats import estimate, one_arm, outcomes, verdicts
 from e2e.stats import variance_model as vm
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
@@ -129,8 +129,8 @@ def compare_runs(
                     {
                         "arm": arm,
                         "depth": d,
-                        "a": verdicts.arm_estimate(fit, f"A:{arm}", d, ca),
-                        "b": verdicts.arm_estimate(fit, f"B:{arm}", d, cb),
+                        "a": one_arm.arm_estimate(fit, f"A:{arm}", d, ca),
+                        "b": one_arm.arm_estimate(fit, f"B:{arm}", d, cb),
                     },
                     verdicts.model_comparison(fit, f"B:{arm}", f"A:{arm}", d, ca, cb, a.alpha, a.min_effect_pct),
                 )

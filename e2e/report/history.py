@@ -31,7 +31,7 @@ from e2e.report.progress import make_console, say
 from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
-from e2e.stats import outcomes, verdicts
+from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
 
 SERIES_KEYS = [k for k in CHECKED_METADATA if k != "depths"]  # a run may add or drop a depth
@@ -210,7 +210,7 @@ def history(runs: list[RunAnalysis]) -> History:
                         "arm": arm,
                         "depth": d,
                         "estimator": r.estimator,
-                        **verdicts.arm_estimate(r.fit, arm, d, r._cells_of(arm, d)),
+                        **one_arm.arm_estimate(r.fit, arm, d, r._cells_of(arm, d)),
                     }
                 )
     todo = []

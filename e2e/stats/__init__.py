@@ -8,6 +8,7 @@ __all__ = [
     "cells",
     "changepoints",
     "estimate",
+    "one_arm",
     "outcomes",
     "planning",
     "signoff",

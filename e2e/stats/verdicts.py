@@ -41,7 +41,7 @@ BETWEEN, WITHIN, WITHIN_ONE = "between-server", "within-server", "within-server 
 METHODS = ("holm", "bonferroni", "none")
 
 
-def _tq(p: float, df: float) -> float:
+def t_quantile(p: float, df: float) -> float:
     return float(special.ndtri(p)) if df >= vm.MAX_DF else float(special.stdtrit(df, p))
 
 
@@ -165,7 +165,7 @@ def _within(ref: Sequence[CellStats], arm: Sequence[CellStats], base: _Shared, l
     va = [c.robust_log_var for c in arm if c.robust_log_var is not None]
     ci = dci = se = None
     if vr and va:
-        qz = _tq(0.5 + level / 2, math.inf)
+        qz = t_quantile(0.5 + level / 2, math.inf)
         se = math.sqrt(float(np.mean(vr)) / len(er) + float(np.mean(va)) / len(ea))
         ci = (math.exp(d - qz * se), math.exp(d + qz * se))
         lse = math.sqrt(
@@ -259,7 +259,7 @@ def model_comparison(
     if e.se <= 1e-9:  # 1e-7 %: the fit's floor, not a measured variance
         out.warnings.append("zero variance between the servers and no noise within them: no test")
         return out
-    q = _tq(0.5 + level / 2, e.df)
+    q = t_quantile(0.5 + level / 2, e.df)
     dse = math.sqrt(max(float(grad @ cov @ grad), 0.0))
     out.diff_ci = (diff - q * dse, diff + q * dse)
     out.ci = (math.exp(e.value - q * e.se), math.exp(e.value + q * e.se))
@@ -409,44 +409,3 @@ def inconclusive_note(c: Comparison) -> None:
         f"inconclusive: with {c.n_ref} + {c.n_arm} servers only changes of about "
         f"{c.mde_pct:.1f} % or more are called with 80 % power{need}"
     )
-
-
-# -- one arm ----------------------------------------------------------------------------------
-def arm_estimate(
-    fit: vm.Fit | None, arm: str, depth: int, cells: Sequence[CellStats], level: float = LEVEL
-) -> dict[str, Any]:
-    """One arm at one depth over its servers: the model's mean and its t interval (Satterthwaite
-    df), ci_kind "between-server". One cell: that cell's own interval, "within-server (one server)"."""
-    ok = [c for c in cells if c.estimate is not None and c.estimate > 0]
-    k = len(ok)
-    if k == 0:
-        return {"estimate_ms": None, "ci_lo_ms": None, "ci_hi_ms": None, "n_cells": 0, "ci_kind": None}
-    e = fit.mean(arm, depth) if k > 1 and fit is not None else None
-    if e is None:
-        c = ok[0] if k == 1 else None
-        if c is None:
-            gm = math.exp(float(np.mean(np.log([x.estimate for x in ok if x.estimate]))))  # every one of ok
-            return {"estimate_ms": gm, "ci_lo_ms": None, "ci_hi_ms": None, "n_cells": k, "ci_kind": None}
-        lo, hi = c.ci or (None, None)
-        return {
-            "estimate_ms": c.estimate,
-            "ci_lo_ms": lo,
-            "ci_hi_ms": hi,
-            "n_cells": 1,
-            "ci_kind": WITHIN_ONE if c.ci else None,
-        }
-    h = _tq(0.5 + level / 2, e.df) * e.se
-    return {
-        "estimate_ms": math.exp(e.value),
-        "ci_lo_ms": math.exp(e.value - h),
-        "ci_hi_ms": math.exp(e.value + h),
-        "n_cells": k,
-        "ci_kind": BETWEEN,
-        "df": e.df,
-    }
-
-
-def pooled_estimate(cells: Sequence[CellStats], level: float = LEVEL) -> dict[str, Any]:
-    """arm_estimate for a plain list of cells at one depth, each its own server."""
-    f = vm.fit([("arm", 1, f"s{i}", c) for i, c in enumerate(cells)])
-    return arm_estimate(f, "arm", 1, cells, level)
