@@ -30,12 +30,10 @@ def _unread(rows: list[dict[str, Any]]) -> list[str]:
         g = r.get("gpu_state") or {}
         # rows from before failed_readings say it in their reason only
         failed = g.get("failed_readings") or (g.get("available") and g.get("reason"))
-        if failed and not g.get("samples"):
-            what = "every GPU reading failed"
-        elif failed:
-            what = "some GPU readings failed"
-        elif any_read and g and not g.get("available"):
-            what = "no GPU reading could be taken"
+        if failed and g.get("samples"):
+            what = "GPU partly checked"
+        elif failed or (any_read and g and not g.get("available")):
+            what = "GPU not checked"
         else:
             continue
         groups.setdefault((what, str(g.get("reason") or "no reason recorded")), []).append(r)

@@ -250,7 +250,8 @@ class RunStore:
 
     def log_path(self, name: str) -> Path:
         """logs/<name>.log; the server opens it without following a link (e2e/serve/server.py)."""
-        return real_dir(self.root, "logs") / f"{plain(name, 'a log name')}.log"
+        file = f"{plain(name, 'a log name')}.log"  # checked before the folder is made
+        return real_dir(self.root, "logs") / file
 
     def cell_dir(self, key: str) -> Path:
         """cells/<key>/: a server group's routing records and GPU readings."""
