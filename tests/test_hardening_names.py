@@ -69,7 +69,7 @@ def test_a_cell_row_field_that_is_a_path_is_one_line(run_copy, capsys, field, va
     rows[0][field] = value
     (run_copy / CELLS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     before = digest(run_copy.parent)
-    for argv in (["report", run_copy], ["--resume", run_copy]):
+    for argv in (["report", run_copy], ["--resume", run_copy], ["compare", run_copy, run_copy]):
         rc, err = run_cli(capsys, *argv)
         assert rc == 2 and f"{run_copy / CELLS}: row 1: {msg}" in err, err
     assert digest(run_copy.parent) == before
@@ -176,3 +176,26 @@ def test_a_regular_file_is_still_scrubbed(tmp_path):
     log.write_text(f"a {SECRET} b\n")
     assert scrub_file(log, {SECRET}) is True
     assert log.read_text() == "a <redacted> b\n"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="live_servers.clear_records takes a record's log and server_id as paths (store.inside, store.plain)",
+)
+def test_a_live_server_record_never_leads_scrubbing_or_deleting_out_of_the_run_folder(tmp_path):
+    import hashlib
+
+    from e2e.serve import live_servers
+
+    key = "0123456789abcdef" * 2  # what launch.session_api_key makes: 32 hex digits
+    run = tmp_path / "run"
+    (run / live_servers.LIVE_DIR).mkdir(parents=True)
+    outside = tmp_path / "outside.log"
+    outside.write_text(f"the user's own file, holding {key}\n")
+    victim = tmp_path / "victim.json"
+    victim.write_text("{}")
+    record = {"server_id": "../../victim", "log": str(outside), "key_sha256": hashlib.sha256(key.encode()).hexdigest()}
+    (run / live_servers.LIVE_DIR / "planted.json").write_text(json.dumps(record))
+    live_servers.clear_records(run)
+    assert outside.read_text() == f"the user's own file, holding {key}\n"  # not scrubbed: not the run's
+    assert victim.exists()  # not deleted: not the run's

@@ -58,8 +58,8 @@ def _inside(v: str) -> str:
     return v
 
 
-PlainName = Annotated[str, AfterValidator(_plain)]
-InsidePath = Annotated[str, AfterValidator(_inside)]
+PlainName = Annotated[str, Field(min_length=1), AfterValidator(_plain)]
+InsidePath = Annotated[str, Field(min_length=1), AfterValidator(_inside)]
 
 
 # -- the rows --------------------------------------------------------------------------------------

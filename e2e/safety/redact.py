@@ -243,10 +243,10 @@ def _utf16(s: str) -> list[bytes]:
 
 def spellings(secret: str) -> frozenset[str]:
     """Every form in which a server or Python may print `secret` as text (the value itself included;
-    UTF-16 where it reads as text, an ASCII value's)."""
+    UTF-16 as a log tail reads it: its bytes decoded as UTF-8, what is not UTF-8 replaced)."""
     first = {secret} | {enc(secret) for enc in _ENCODINGS}
     escaped = {t for f in first for t in (f, *(esc(f) for esc in _ESCAPES))}
-    utf16 = {b.decode("ascii") for b in _utf16(secret) if b.isascii()}
+    utf16 = {b.decode("utf-8", "replace") for b in _utf16(secret)}
     return frozenset((escaped | _binary(secret) | utf16) - {""})
 
 
@@ -317,6 +317,36 @@ def _pieces(read: Callable[[int], bytes], needles: list[bytes]) -> Iterator[tupl
             return
 
 
+def _open_regular(path: Path) -> Any:
+    """path opened for reading when it is a regular file (never through a link; a FIFO does not
+    block the open), else None."""
+    try:
+        f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        return None
+    return f
+
+
+def found_in_file(path: Path, pattern: re.Pattern[bytes], longest: int) -> set[bytes]:
+    """Every match of `pattern` (at most `longest` bytes) in a regular file, read a chunk at a time:
+    what a log holds (a dead harness's API key, found by its digest) without reading it whole. Empty
+    when it is not a regular file or cannot be read."""
+    f = _open_regular(path)
+    if f is None:
+        return set()
+    found: set[bytes] = set()
+    with f:
+        tail = b""
+        while chunk := f.read(_CHUNK):
+            buf = tail + chunk
+            found.update(m.group(0) for m in pattern.finditer(buf))
+            tail = buf[-(longest + 1) :]  # a match cut by the chunk's end, and the byte before it
+    return found
+
+
 def scrub_file(path: Path, secrets: Iterable[str]) -> bool:
     """Scrub a file in place (bytes: a log need not be UTF-8). True when something was replaced.
 
@@ -327,13 +357,12 @@ def scrub_file(path: Path, secrets: Iterable[str]) -> bool:
     many bytes (no new block needed), and as a last resort the file is emptied. A secret never stays."""
     needles = _byte_needles(secrets)
     path = Path(path)
-    try:
-        src = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
-    except OSError:
+    src = _open_regular(path)
+    if src is None:
         return False
     with src:
         st = os.fstat(src.fileno())
-        if not needles or not stat.S_ISREG(st.st_mode):
+        if not needles:
             return False
         tmp = path.with_name(f".{path.name}.scrub-{os.getpid()}")
         try:
