@@ -321,7 +321,7 @@ def _open_regular(path: Path) -> Any:
     """path opened for reading when it is a regular file (never through a link; a FIFO does not
     block the open), else None."""
     try:
-        f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+        f = open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
     except OSError:
         return None
     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
