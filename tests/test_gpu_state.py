@@ -13,8 +13,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from e2e.cli import main
@@ -481,3 +484,176 @@ def test_a_node_continues_the_attempt_count_in_gpu_samples_and_the_rows_that_nam
         == shipped
         == "cells/p1-a/gpu-a2/samples.jsonl"
     )
+
+
+# -- a GPU that fails, floods or hangs: a reading that says so, never a hang or a traceback (issue 35) ----
+class Faulty:
+    """The fake NVML with one fault in the first probe's readings from tick `at` (before `until`):
+    "raise" as a GPU that fell off the bus, "hang" as a wedged driver (a call that never returns, until
+    the test releases it). Where it is: nvmlInit ("init") or the per-reading process list."""
+
+    def __init__(self, fault: str, at: int = 0, until: int = 10**9, where: str = "read"):
+        self.fault, self.at, self.until, self.where = fault, at, until, where
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(fake_nvml, name)
+
+    def _strike(self) -> None:
+        if self.fault == "hang":
+            self.release.wait(10)  # bounded: the test ends either way
+        else:
+            raise RuntimeError("GPU is lost")
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
+        if self.where == "init":
+            self._strike()
+        fake_nvml.nvmlInit()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int):  # noqa: N802 - pynvml's name
+        procs = fake_nvml.nvmlDeviceGetComputeRunningProcesses(h)
+        if self.where == "read" and fake_nvml._state["inits"] == 1 and self.at <= fake_nvml._state["tick"] < self.until:
+            self._strike()
+        return procs
+
+
+@pytest.fixture
+def faulty(monkeypatch, nvml):
+    made: list[Faulty] = []
+
+    def use(*args, **kw) -> Faulty:
+        f = Faulty(*args, **kw)
+        made.append(f)
+        monkeypatch.setattr(gpu_probe, "nvml_module", lambda: f)
+        return f
+
+    yield use
+    for f in made:
+        f.release.set()
+
+
+def test_a_cell_whose_readings_all_failed_is_named_in_the_report_and_counts(tmp_path, standin, capsys, faulty):
+    # was: counted with no warning anywhere (available, 0 samples, a reason no reader showed)
+    faulty("raise", at=READY)
+    rc, out, r = run(tmp_path, standin, capsys, None, arms=[{"name": "a"}, {"name": "b"}])
+    assert rc == 0, out
+    a, b = cells(r)["p1-d16-a"], cells(r)["p1-d16-b"]
+    g = a["gpu_state"]
+    assert g["available"] and g["samples"] == 0 and g["failed_readings"] == 5  # ready, warm, rounds 0-2
+    assert g["reason"] == "every reading failed: nvml: GPU is lost"
+    assert b["gpu_state"]["samples"] == 5 and "failed_readings" not in b["gpu_state"]
+    assert "warning: p1-d16-a: a GPU reading failed at 'ready' (nvml: GPU is lost)" in out
+    assert report_gpu.warnings(cells(r).values()) == [
+        "p1-d16-a: GPU not checked (every reading failed: nvml: GPU is lost): a process sharing the GPU "
+        "meanwhile would not have been seen; COUNTED all the same (p1-d16-a): --gpu-exclusive retry acts "
+        "only on what a reading shows"
+    ]
+
+
+def test_a_cell_whose_readings_partly_failed_says_so(tmp_path, standin, capsys, faulty):
+    faulty("raise", at=ROUND(1))
+    rc, out, r = run(tmp_path, standin, capsys, None)
+    assert rc == 0, out
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["samples"] == 3 and g["failed_readings"] == 2 and g["reason"] == "some readings failed: nvml: GPU is lost"
+    [w] = report_gpu.warnings(cells(r).values())
+    assert w.startswith("p1-d16-a: GPU partly checked (some readings failed: nvml: GPU is lost)")
+
+
+def test_a_wedged_nvml_costs_one_deadline_not_the_run(tmp_path, standin, capsys, faulty, monkeypatch):
+    # was: the first reading after the driver wedged never returned
+    monkeypatch.setattr(gpu_probe, "DEADLINE_S", 0.5, raising=False)
+    faulty("hang", at=WARM)
+    t0 = time.monotonic()
+    rc, out, r = run(tmp_path, standin, capsys, None, arms=[{"name": "a"}, {"name": "b"}])
+    assert rc == 0, out
+    assert time.monotonic() - t0 < 20  # one deadline, not one per reading, nor forever
+    g = cells(r)["p1-d16-a"]["gpu_state"]
+    assert g["available"] is False and g["failed_readings"] == 1
+    assert "nvml: nvml did not answer within 0.5 s (a wedged driver?)" in g["reason"]
+    labels = [json.loads(x)["label"] for x in gpu_state.samples_file(r, cells(r)["p1-d16-a"]).read_text().splitlines()]
+    assert labels == ["pre-start", "ready"]  # no reading was attempted after it
+    warned = report_gpu.warnings(cells(r).values())
+    assert len(warned) == 1 and warned[0].startswith("p1-d16-a: GPU not checked (nvml: nvml did not answer")
+
+
+def test_a_wedged_nvml_init_is_a_reason_not_a_hang(faulty, monkeypatch):
+    monkeypatch.setattr(gpu_probe, "DEADLINE_S", 0.5, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    faulty("hang", where="init")
+    t0 = time.monotonic()
+    s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
+    assert time.monotonic() - t0 < 5
+    assert s["available"] is False and s["reason"].startswith("NVML: NVML did not answer within 0.5 s")
+
+
+def test_nvml_names_that_are_not_utf8_are_shown_not_a_traceback(faulty, monkeypatch):
+    f = faulty("none", at=10**9)
+    monkeypatch.setattr(type(f), "nvmlDeviceGetName", lambda self, h: b"Fake \xffH200", raising=False)
+    s = gpu_probe.GpuProbe.open({}, 1).sample("ready")
+    assert s["available"] and s["gpus"][0]["name"] == "Fake \\xffH200"
+
+
+def smi(tmp_path, monkeypatch, body: str) -> None:
+    """A stand-in nvidia-smi (this machine has none) and no pynvml: the probe's fallback."""
+    executable(tmp_path / "nvidia-smi", f"#!/bin/sh\n{body}\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+    def missing():
+        raise ImportError("no pynvml")
+
+    monkeypatch.setattr(gpu_probe, "nvml_module", missing)
+
+
+def test_nvidia_smi_output_that_is_not_utf8_is_a_failed_reading(tmp_path, monkeypatch):
+    # was: UnicodeDecodeError out of GpuProbe.open, a traceback that ended the run
+    smi(tmp_path, monkeypatch, r"printf '0, GPU-aa, NVIDIA H200\377, 1980, 3201, 495.50, 47, 0x0\n'")
+    s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
+    assert s["available"] is False
+    assert (
+        s["reason"] == "nvidia-ml-py (pynvml) is not installed; nvidia-smi: printed bytes that are not UTF-8 (b'\\xff')"
+    )
+
+
+def test_a_flooding_nvidia_smi_is_cut_off(tmp_path, monkeypatch):
+    # was: all of it read into memory (capture_output), then parsed
+    smi(tmp_path, monkeypatch, "head -c 3000000 /dev/zero | tr '\\0' 'x'")
+    s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
+    assert (
+        s["reason"]
+        == f"nvidia-ml-py (pynvml) is not installed; nvidia-smi: printed more than {gpu_probe.SMI_MAX_BYTES} bytes"
+    )
+
+
+def test_a_hanging_nvidia_smi_is_stopped_at_its_deadline(tmp_path, monkeypatch):
+    # was: 15 s, fixed, whatever the deadline
+    monkeypatch.setattr(gpu_probe, "DEADLINE_S", 1.0, raising=False)
+    pidfile = tmp_path / "smi.pid"
+    smi(tmp_path, monkeypatch, f"echo $$ > {pidfile}; exec sleep 60")
+    t0 = time.monotonic()
+    s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
+    assert time.monotonic() - t0 < 8
+    assert s["reason"] == "nvidia-ml-py (pynvml) is not installed; nvidia-smi: did not answer within 1 s"
+    pid = int(pidfile.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_report_groups_unchecked_cells_and_counts_only_ok_ones():
+    def row(cid, status="ok", **g):
+        return {"cell_id": cid, "status": status, "gpu_state": {"available": True, "policy": "warn", **g}}
+
+    rows = [
+        row("c1", samples=4, own_seen=True),
+        row("c2", available=False, reason="nvml: wedged"),
+        row("c3", "failed", available=False, reason="nvml: wedged"),
+        row("c4", samples=0, failed_readings=3, reason="every reading failed: x"),
+    ]
+    assert report_gpu.warnings(rows) == [
+        "GPU not checked in 2 cells (c2, c3) (nvml: wedged): a process sharing the GPU meanwhile would not "
+        "have been seen; COUNTED all the same (c2): --gpu-exclusive warn acts only on what a reading shows",
+        "c4: GPU not checked (every reading failed: x): a process sharing the GPU meanwhile would not have "
+        "been seen; COUNTED all the same (c4): --gpu-exclusive warn acts only on what a reading shows",
+    ]
+    # a machine with no GPU at all is said once at the top of the section, not per cell
+    none = [row(c, available=False, reason="NVML: not found") for c in ("c1", "c2")]
+    assert report_gpu.warnings(none) == []

@@ -1,7 +1,9 @@
 """Issue 22, gap 5: secrets in other spellings. A secret printed escaped (JSON, repr, ascii, URL,
 shell quoting), a secret flag abbreviated the way argparse accepts it (`--hf-tok V`), a secret flag
 whose value is the first of an arm's args, and the API key in the log of a server stopped on a full
-disk: none reaches the run folder in clear.
+disk: none reaches the run folder in clear. Issue 35: nor in hex, base64 (alone or inside a longer
+base64 text, as in Basic auth) or UTF-16; and a large log is scrubbed a chunk at a time, in bounded
+memory, a secret cut by a chunk's end included.
 
 The STAND-IN server (a `server.python` the harness launches exactly as it launches vLLM) is used
 because a real vLLM cannot be made to print its environment and argv in every encoding on demand;
@@ -11,12 +13,15 @@ tmpfs (root only; skipped elsewhere).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
+import tracemalloc
 import urllib.parse
 from pathlib import Path
 
@@ -57,6 +62,32 @@ def spellings(s: str) -> dict[str, str]:
     }
 
 
+def binary_spellings(s: str) -> dict[str, bytes]:
+    """s as hex, base64 and UTF-16 (issue 35: none was scrubbed), computed here independently too."""
+    b = s.encode()
+    return {
+        "hex": b.hex().encode(),
+        "HEX": b.hex().upper().encode(),
+        "base64": base64.b64encode(b),
+        "base64-unpadded": base64.b64encode(b).rstrip(b"="),
+        "base64url": base64.urlsafe_b64encode(b),
+        "utf-16-le": s.encode("utf-16-le"),
+        "utf-16-be": s.encode("utf-16-be"),
+    }
+
+
+def holds_in_base64(data: bytes, secret: str) -> bool:
+    """Whether any base64 run in data, at any of its four alignments, decodes to bytes holding secret."""
+    for run in re.findall(rb"[A-Za-z0-9+/_-]{8,}={0,2}", data):
+        run = run.translate(bytes.maketrans(b"-_", b"+/")).rstrip(b"=")
+        for k in range(4):
+            part = run[k:]
+            part = part[: len(part) - len(part) % 4]
+            if secret.encode() in base64.b64decode(part + b"=" * 0, validate=False):
+                return True
+    return False
+
+
 def test_each_spelling_is_a_different_string():
     """Not vacuous: for these values the escaped forms are not the raw value (a raw-only scrub misses them)."""
     for s in SECRETS.values():
@@ -78,6 +109,47 @@ def test_scrub_removes_every_spelling(name, tmp_path):
     data = f.read_bytes()
     for k, v in spellings(s).items():
         assert v.encode() not in data, k
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_scrub_removes_hex_base64_and_utf16_spellings(name, tmp_path):
+    s = SECRETS[name]
+    f = tmp_path / "log"
+    lines = [f"{k}: <<".encode() + v + b">>" for k, v in binary_spellings(s).items()]
+    # inside a longer base64 text at each of the three alignments, as in `Authorization: Basic ...`
+    lines += [b"basic: " + base64.b64encode(pre + s.encode() + b"@host:1") for pre in (b"u:", b"us:", b"use:")]
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    assert holds_in_base64(f.read_bytes(), s)  # not vacuous: the lines hold it
+    assert scrub_file(f, {s})
+    data = f.read_bytes()
+    for k, v in binary_spellings(s).items():
+        assert v not in data, k
+    assert not holds_in_base64(data, s)
+    assert data.count(REDACTED.encode()) >= len(lines)
+    text = "\n".join(v.decode("utf-8", "replace") for v in binary_spellings(s).values())
+    for k, v in binary_spellings(s).items():  # a log tail is the log's bytes decoded: the same, as text
+        assert v.decode("utf-8", "replace") not in scrub(text, {s}), k
+
+
+def test_a_large_log_is_scrubbed_in_bounded_memory_and_across_its_chunks(tmp_path):
+    # was: the whole file read, then one copy of it per spelling replaced (a 500 MB log took 2.0 GB)
+    key, mib = "k" * 28 + "0123", 1 << 20
+    log = tmp_path / "big.log"
+    line = b"INFO 05-12 12:00:01 [api_server.py:123] ordinary text of a long-running server\n"
+    with open(log, "wb") as f:
+        for i in range(48):  # 48 MiB, a key across every MiB boundary (where a chunked read cuts it)
+            f.write((line * (mib // len(line) + 1))[: mib - 16 - (f.tell() - i * mib)] + key.encode())
+    planted = log.read_bytes().count(key.encode())
+    assert planted == 48 and log.stat().st_size > 48 * mib
+    tracemalloc.start()
+    try:
+        assert scrub_file(log, {key})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * mib, f"{peak / mib:.0f} MiB"
+    data = log.read_bytes()
+    assert key.encode() not in data and data.count(REDACTED.encode()) == planted
 
 
 def test_scrub_leaves_ordinary_text_alone():
@@ -127,7 +199,7 @@ def test_a_secret_flag_split_between_server_args_and_an_arms_args_is_redacted():
 
 
 STANDIN = f"""#!{sys.executable}
-import json, os, shlex, sys, urllib.parse
+import base64, json, os, shlex, sys, urllib.parse
 env = {{k: v for k, v in os.environ.items() if k in ("HF_TOKEN", "DB_PASS", "VLLM_API_KEY")}}
 print("json:", json.dumps(sys.argv), json.dumps(env))
 print("json-utf8:", json.dumps(sys.argv, ensure_ascii=False), json.dumps(env, ensure_ascii=False))
@@ -137,6 +209,12 @@ print("bytes:", [a.encode() for a in sys.argv], {{k: v.encode() for k, v in env.
 print("url:", urllib.parse.urlencode(env), "&".join(urllib.parse.quote(a, safe="") for a in sys.argv))
 print("shell:", shlex.join(sys.argv))
 print("nested:", json.dumps(json.dumps(env)))
+vals = [*sys.argv, *env.values()]
+print("hex:", " ".join(v.encode().hex() for v in vals), " ".join(v.encode().hex().upper() for v in vals))
+print("base64:", " ".join(base64.b64encode(v.encode()).decode() for v in vals))
+print("base64url:", " ".join(base64.urlsafe_b64encode(v.encode()).decode() for v in vals))
+print("basic:", " ".join(base64.b64encode(b"user:" + v.encode()).decode() for v in vals), flush=True)
+sys.stdout.buffer.write(b"utf-16: " + " ".join(vals).encode("utf-16-le") + b"\\n")
 sys.exit(3)
 """
 
@@ -154,21 +232,36 @@ def test_no_spelling_of_any_secret_reaches_the_run_folder(tmp_path, capsys):
     assert main(["--config", str(cfg), "--out", str(tmp_path), "--run-id", "r", "--no-progress"]) == 1
     capsys.readouterr()
     run = tmp_path / "r"
-    needles = {
-        f"{name}/{k}": v
-        for name, sec in {**s, "api_key": launch.session_api_key()}.items()
-        for k, v in spellings(sec).items()
-    }
+    keys = {**s, "api_key": launch.session_api_key()}
+    needles = {f"{name}/{k}": v.encode() for name, sec in keys.items() for k, v in spellings(sec).items()}
+    needles |= {f"{name}/{k}": v for name, sec in keys.items() for k, v in binary_spellings(sec).items()}
     files = [p for p in run.rglob("*") if p.is_file()]
     assert len(files) >= 8
     for p in files:
         blob = p.read_bytes()
         for what, v in needles.items():
-            assert v.encode() not in blob, f"{what} {v!r} leaked into {p}"
+            assert v not in blob, f"{what} {v!r} leaked into {p}"
+        for name, sec in keys.items():
+            assert not holds_in_base64(blob, sec), f"{name} in base64 in {p}"
     # Not vacuous: the stand-in printed every encoding, and the log kept the lines, scrubbed.
-    log = (run / "logs" / "p1-d16-a.a0.log").read_text()
-    for head in ("json:", "json-utf8:", "repr:", "ascii:", "bytes:", "url:", "shell:", "nested:"):
-        assert f"\n{head} " in log and REDACTED in log.split(f"\n{head} ")[1].splitlines()[0], head
+    log = (run / "logs" / "p1-d16-a.a0.log").read_bytes()
+    heads = (
+        "json",
+        "json-utf8",
+        "repr",
+        "ascii",
+        "bytes",
+        "url",
+        "shell",
+        "nested",
+        "hex",
+        "base64",
+        "basic",
+        "utf-16",
+    )
+    for head in heads:
+        line = log.split(f"\n{head}: ".encode())[1].split(b"\n")[0]
+        assert REDACTED.encode() in line, head
     m = json.loads((run / MANIFEST).read_text())
     assert m["config"]["arms"][0]["args"] == [REDACTED, "--hf-tok", REDACTED]
     assert m["config"]["arms"][1]["args"] == [REDACTED, f"--hf_tok={REDACTED}"]

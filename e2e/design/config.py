@@ -6,6 +6,8 @@ e2e/design/schema.py's; the names other stages use are importable from here as w
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from e2e.design.schema import max_num_seqs_args as max_num_seqs_args
 from e2e.design.schema import order_arms as order_arms
 from e2e.errors import UserError
 from e2e.safety.redact import redact_config, restore_secrets
+
+CONFIG_MAX_BYTES = 16 << 20  # the largest configs in configs/ are a few KB
 
 
 def first_error(exc: ValidationError) -> str:
@@ -54,6 +58,12 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None, arms:
     dotted keys ({"run.order": "both"})."""
     p = Path(path)
     try:
+        # stat first: reading a FIFO (or /dev/stdin from a pipe) would wait forever, a device never end
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{p}: not a regular file (a FIFO, socket, device or folder): give the config file itself")
+        if st.st_size > CONFIG_MAX_BYTES:
+            raise UserError(f"{p}: more than {CONFIG_MAX_BYTES} bytes: not a config")
         data = tomllib.loads(p.read_text())
     except FileNotFoundError:
         raise UserError(f"config file not found: {p}") from None

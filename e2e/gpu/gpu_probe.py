@@ -5,20 +5,33 @@ e2e/gpu/gpu_state.py's.
 NVML through nvidia-ml-py (module `pynvml`), imported on first use; `nvidia-smi` when pynvml cannot
 be had (no violation or energy counters there). No GPU, no driver, neither tool: every sample is
 {"available": false, "reason": ...} and nothing fails.
+
+Every reading has a deadline (DEADLINE_S): a wedged driver blocks an NVML call in C, where nothing
+can interrupt it, so the reading runs on a daemon thread that is left behind when it does not answer,
+and the probe says so in every later sample instead of calling into the driver again. nvidia-smi runs
+in a session of its own, its output read to at most SMI_MAX_BYTES within the deadline, and its group
+killed past either; output that is not UTF-8 is a failed reading, one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import selectors
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import psutil
+
+from e2e.serve.server import stop_group
+
+DEADLINE_S = 15.0  # one reading, or opening the backend (NVML answers in milliseconds)
+SMI_MAX_BYTES = 1 << 20  # nvidia-smi's CSV for eight GPUs and their processes is a few KB
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, "throttle reasons" in older drivers).
 REASONS = {
@@ -178,13 +191,17 @@ class _Smi:
         self.ids = [{k: by[s][k] for k in ("index", "uuid", "name")} for s in selectors]
 
     def _query(self, *args: str) -> list[list[str]]:
-        r = subprocess.run(
-            [self.exe, *args, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=15
-        )
-        if r.returncode != 0:
-            lines = (r.stderr or r.stdout).strip().splitlines()
-            raise RuntimeError(lines[-1] if lines else f"exit {r.returncode}")
-        return [[c.strip() for c in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
+        code, out, err = run_bounded([self.exe, *args, "--format=csv,noheader,nounits"], DEADLINE_S, SMI_MAX_BYTES)
+        try:
+            stdout, stderr = out.decode(), err.decode()
+        except UnicodeDecodeError as exc:
+            raise RuntimeError(
+                f"printed bytes that are not UTF-8 ({exc.object[exc.start : exc.start + 1]!r})"
+            ) from None
+        if code != 0:
+            lines = (stderr or stdout).strip().splitlines()
+            raise RuntimeError(lines[-1][:200] if lines else f"exit {code}")
+        return [[c.strip() for c in line.split(",")] for line in stdout.strip().splitlines() if line.strip()]
 
     def _gpus(self) -> list[dict[str, Any]]:
         out = []
@@ -223,8 +240,75 @@ class _Smi:
         pass
 
 
+def run_bounded(argv: list[str], timeout: float, limit: int) -> tuple[int, bytes, bytes]:
+    """argv's exit status, stdout and stderr, each read to at most `limit` bytes within `timeout` s.
+    Past either, its process group (a session of its own) is killed and RuntimeError says which:
+    a tool that floods or hangs costs one failed reading, never the harness's memory or time."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    fds = (proc.stdout.fileno(), proc.stderr.fileno())
+    got = {fd: bytearray() for fd in fds}
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as sel:
+            for fd in got:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"did not answer within {timeout:g} s")
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                    elif len(got[key.fd]) + len(chunk) > limit:
+                        raise RuntimeError(f"printed more than {limit} bytes")
+                    else:
+                        got[key.fd] += chunk
+        code = proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        stop_group(proc, 0.0)
+        raise RuntimeError(f"did not exit within {timeout:g} s") from None
+    except BaseException:
+        stop_group(proc, 0.0)
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    return code, bytes(got[fds[0]]), bytes(got[fds[1]])
+
+
+class Wedged(RuntimeError):
+    """A reading that did not answer within its deadline."""
+
+
+def within(fn: Callable[[], Any], what: str, timeout: float) -> Any:
+    """fn() on a daemon thread, waited for at most `timeout` s. A call into a wedged driver cannot be
+    interrupted: past the deadline it is left behind (a daemon never holds up the exit) and Wedged
+    is raised; fn's own exception otherwise."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name=f"gpu reading ({what})", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise Wedged(f"{what} did not answer within {timeout:g} s (a wedged driver?); no more readings of it")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _text(x: Any) -> str | None:
-    return x.decode() if isinstance(x, bytes) else x
+    """A name NVML gives as bytes: any byte shown, never a decoding error."""
+    return x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else x
 
 
 def _num(s: str, conv: Callable[[str], Any] = float) -> Any:
@@ -243,15 +327,15 @@ def _open_backend(selectors: list[str]) -> tuple[Backend | None, str | None]:
         why = "nvidia-ml-py (pynvml) is not installed"
     else:
         try:
-            return _Nvml(nv, selectors), None
-        except Exception as exc:  # NVMLError_LibraryNotFound on a machine without the driver, ...
+            return within(lambda: _Nvml(nv, selectors), "NVML", DEADLINE_S), None
+        except Exception as exc:  # NVMLError_LibraryNotFound on a machine without the driver, Wedged, ...
             why = f"NVML: {exc}"
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None, f"{why}; no nvidia-smi"
     try:
         return _Smi(exe, selectors), None
-    except (RuntimeError, OSError, subprocess.TimeoutExpired, IndexError) as exc:
+    except (RuntimeError, OSError, IndexError) as exc:
         return None, f"{why}; nvidia-smi: {exc}"
 
 
@@ -279,7 +363,11 @@ class GpuProbe:
         if self.backend is None:
             return {**s, "available": False, "reason": self.reason}
         try:
-            gpus = self.backend.read()
+            gpus = within(self.backend.read, self.backend.source, DEADLINE_S)
+        except Wedged as exc:  # every later sample says so at once: no call waits on a wedged driver
+            self.reason = f"{self.backend.source}: {exc}"
+            self.backend = None
+            return {**s, "available": False, "reason": self.reason}
         except Exception as exc:  # a GPU that fell off the bus is a state to record, not a crash
             return {**s, "available": False, "reason": f"{self.backend.source}: {exc}"}
         for g in gpus:

@@ -45,7 +45,8 @@ from e2e.rundir.gpu_rows import VOIDED as VOIDED
 from e2e.rundir.gpu_rows import cell_summary as cell_summary
 from e2e.rundir.gpu_rows import describe as describe
 from e2e.rundir.gpu_rows import samples_file as samples_file
-from e2e.safety.safe_io import write_atomic
+from e2e.rundir.store import voided
+from e2e.safety.safe_io import open_append, write_atomic
 from e2e.serve.server import ServerGone
 
 # The "x as x" imports are re-exports: the runner, scripts/gpu/nvml_check.py and the tests read them here.
@@ -120,9 +121,9 @@ class ServerWatch:
     def load_voided(self, server_dir: Path) -> None:
         """The attempts of this server group that an earlier harness voided (a run resumed after its
         harness stopped or died): each cell row names every voided attempt of its cell, not only this
-        process's."""
-        for f in sorted(server_dir.glob(f"gpu-a*/{VOIDED}")):
-            self._void(json.loads(f.read_text()))
+        process's. Each record is checked as it is read (store.voided): a damaged one is one line."""
+        for v in voided(server_dir):
+            self._void(v)
 
     def _void(self, voided: dict[str, Any]) -> None:
         self.contaminated_attempts.setdefault(voided.get("cell_id") or "", []).append(
@@ -136,6 +137,7 @@ class ServerWatch:
     def _reset_cell(self) -> None:
         self.samples: list[dict[str, Any]] = []
         self.unreadable: str | None = None
+        self.failed = 0  # readings of this cell that failed
         self.seen: dict[int, dict[str, Any]] = {}  # pid -> foreign process, with first_seen
         self.throttled: dict[int, set[str]] = {}  # round -> reasons
         self.round_power: list[float] = []  # mean W over a round, from the energy counter
@@ -152,9 +154,16 @@ class ServerWatch:
         self.in_bookend = True
 
     def checkpoint(self, label: str) -> None:
+        was_open = self.probe.available
         s = self._sample(label)
-        if not s.get("available"):  # a reading that failed (the probe was open): said in the row
+        if not s.get("available"):  # no GPU here, or a reading that failed: said in the row
             self.unreadable = s.get("reason")
+            self.failed += was_open  # failed, where readings were possible: said in the report and here
+            if was_open and self.failed == 1:
+                self.note(
+                    f"warning: {self.cell_id}: a GPU reading failed at '{label}' ({self.unreadable}): a "
+                    "process on the GPU meanwhile is not seen, and the cell counts (the report names it)"
+                )
             return
         self.samples.append(s)
         if label.startswith("round ") and self.prev is not None:
@@ -195,8 +204,8 @@ class ServerWatch:
         s = self.probe.sample(label, self.leader, self.server_id)
         if self.path is not None and self.probe.available:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as f:  # the evidence: every reading of this attempt
-                f.write(json.dumps(s) + "\n")
+            with open_append(self.path) as f:  # the evidence: every reading of this attempt
+                f.write((json.dumps(s) + "\n").encode())
         return s
 
     def cell_state(self, first_cell: bool) -> dict[str, Any]:
@@ -207,13 +216,15 @@ class ServerWatch:
             "policy": self.policy,
             "contaminated_attempts": self.contaminated_attempts.get(self.cell_id or "", []),
         }
+        if self.failed:
+            base["failed_readings"] = self.failed
         backend = self.probe.backend
         if backend is None:
             return {**base, "reason": self.probe.reason}
         gpus = self.samples
         first = gpus[0]["gpus"] if gpus else []
         if self.unreadable:
-            base["reason"] = f"some readings failed: {self.unreadable}"
+            base["reason"] = f"{'some readings' if gpus else 'every reading'} failed: {self.unreadable}"
         own = [p for s in gpus for g in s["gpus"] for p in g.get("processes") or [] if p.get("own")]
         listed = all(g.get("processes") is not None for s in gpus for g in s["gpus"])
 

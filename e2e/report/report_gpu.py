@@ -20,9 +20,42 @@ def _span(v: list[float] | None, fmt: str = "{:.0f}") -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+def _unread(rows: list[dict[str, Any]]) -> list[str]:
+    """Cells whose GPU went unchecked where it could be read: every reading failed, some did, or none
+    could be taken while other cells' were (a driver that stopped answering). One line per cause,
+    naming its cells and those that count all the same: no policy acts on a reading that failed."""
+    any_read = any((r.get("gpu_state") or {}).get("samples") for r in rows)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        g = r.get("gpu_state") or {}
+        # rows from before failed_readings say it in their reason only
+        failed = g.get("failed_readings") or (g.get("available") and g.get("reason"))
+        if failed and g.get("samples"):
+            what = "GPU partly checked"
+        elif failed or (any_read and g and not g.get("available")):
+            what = "GPU not checked"
+        else:
+            continue
+        groups.setdefault((what, str(g.get("reason") or "no reason recorded")), []).append(r)
+    out = []
+    for (what, why), group in groups.items():
+        cids = [r["cell_id"] for r in group]
+        head = f"{cids[0]}: {what}" if len(cids) == 1 else f"{what} in {len(cids)} cells ({', '.join(cids)})"
+        counted = [r["cell_id"] for r in group if r.get("status") == "ok"]
+        policy = (group[0].get("gpu_state") or {}).get("policy")
+        tail = (
+            f"; COUNTED all the same ({', '.join(counted)}): --gpu-exclusive {policy} acts only on what a reading shows"
+            if counted
+            else ""
+        )
+        out.append(f"{head} ({why}): a process sharing the GPU meanwhile would not have been seen{tail}")
+    return out
+
+
 def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
     """One line per thing a reader must not miss: a contaminated cell counted, a voided attempt, a
-    GPU held before a start, throttled rounds, a blind process list, a non-stationary server."""
+    GPU held before a start, throttled rounds, a blind process list, a GPU left unread, a
+    non-stationary server."""
     rows = list(cell_rows)
     out = []
     throttled: dict[tuple[tuple[str, ...], tuple[int, ...]], list[str]] = {}  # (reasons, rounds) -> cells
@@ -50,6 +83,7 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
             )
         elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
             out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
+    out += _unread(rows)
     # One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
     # cell alike, and eight identical lines would hide the one cell that differs.
     measured = [r["cell_id"] for r in rows if (r.get("gpu_state") or {}).get("samples")]

@@ -4,10 +4,11 @@ the timestamp format, and (below) the typed rows."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from e2e.design.config import is_plain_name
 from e2e.errors import UserError
 from e2e.rundir import manifest_model
 
@@ -32,6 +33,35 @@ VERSIONS = {
 }
 
 
+# -- names: a run folder is data, never a path --------------------------------------------------------
+# A field that becomes a file or folder name (cell ids, server keys, attempts, arms: logs/<key>.a<n>.log,
+# cells/<key>/gpu-a<n>/) is a plain name when read, so a planted "../x" or "/abs" never leads a resume
+# out of the run folder; a field that is a path inside it (log_path) is plain names joined by "/".
+def _shown(v: str) -> str:
+    return repr(v if len(v) <= 60 else v[:57] + "...")
+
+
+def _plain(v: str) -> str:
+    if not is_plain_name(v):
+        raise ValueError(f"{_shown(v)} is not a plain name (letters, digits, '_', '.', '-'; never a path)")
+    return v
+
+
+def is_inside_path(v: str) -> bool:
+    """Plain names joined by '/': "/abs", "a//b" and "a/../b" are not ("/abs" has an empty part)."""
+    return all(is_plain_name(p) for p in v.split("/"))
+
+
+def _inside(v: str) -> str:
+    if not is_inside_path(v):
+        raise ValueError(f"{_shown(v)} is not a path inside the run folder (plain names joined by '/')")
+    return v
+
+
+PlainName = Annotated[str, Field(min_length=1), AfterValidator(_plain)]
+InsidePath = Annotated[str, Field(min_length=1), AfterValidator(_inside)]
+
+
 # -- the rows --------------------------------------------------------------------------------------
 # A row is a dict on disk (JSONL) and in memory; these models are its contract: the fields every
 # reader relies on, typed, checked once when a row is built (cell_row / request_row) and again when
@@ -41,10 +71,10 @@ class _Row(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     schema_version: int
-    cell_id: str = Field(min_length=1)
-    attempt: str = Field(min_length=1)
+    cell_id: PlainName
+    attempt: PlainName
     pass_: int = Field(alias="pass", ge=1)
-    arm: str = Field(min_length=1)
+    arm: PlainName
     depth: int = Field(gt=0)
 
 
@@ -118,6 +148,7 @@ class GpuCellState(_Part):
     source: Literal["nvml", "nvidia-smi"] | None = None
     gpus: list[dict[str, Any]] = []  # index, uuid, name
     samples: int = 0
+    failed_readings: int = 0  # readings that failed where readings were possible (samples: those that did not)
     contaminated: bool = False  # a foreign process seen during the attempt this row records
     foreign: list[GpuProcess] = []
     pre_start_foreign: list[GpuProcess] = []  # on the GPU before the server started (its first cell)
@@ -130,6 +161,15 @@ class GpuCellState(_Part):
     throttled_rounds: list[int] = []
     throttle_reasons: list[str] = []
     contaminated_attempts: list[dict[str, Any]] = []  # earlier attempts voided (retry): attempt, at, foreign
+
+
+class VoidedAttempt(_Part):
+    """cells/<server>/gpu-a<n>/voided.json: the attempt `retry` voided, and why (e2e/gpu/gpu_state.py)."""
+
+    cell_id: PlainName | None = None
+    attempt: PlainName
+    at: str
+    foreign: list[GpuProcess] = []
 
 
 class BookendResult(_Part):
@@ -156,7 +196,7 @@ class CellRow(_Row):
     """One finished cell, ok or failed (cells.jsonl): its final attempt, estimate, routing, timings."""
 
     index: int | None = Field(default=None, ge=0)
-    server_key: str | None = None
+    server_key: PlainName | None = None
     # "skipped": not measured because the server cannot hold it (its KV cache; the run goes on)
     status: Literal["ok", "failed", "skipped"]
     startup_s: float | None = None
@@ -170,7 +210,7 @@ class CellRow(_Row):
     server_decode_ms_per_token: float | None = None
     client_overhead_ms_median: float | None = None
     error: str | None = None
-    log_path: str | None = None
+    log_path: InsidePath | None = None
     log_tail: str | None = None
     routing: dict[str, Any] | None = None
     finished: str | None = None
@@ -191,11 +231,11 @@ class PlanEntry(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
 
     index: int = Field(ge=0)
-    cell_id: str = Field(min_length=1)
+    cell_id: PlainName
     pass_: int = Field(alias="pass", ge=1)
-    arm: str = Field(min_length=1)
+    arm: PlainName
     depth: int = Field(gt=0)
-    server_key: str = Field(min_length=1)
+    server_key: PlainName
     rounds: int | None = Field(default=None, ge=1)  # set by adaptive replication's allocation
     concurrency: int = Field(default=1, ge=1)  # absent before batch sizes above 1 (and at 1)
 
@@ -225,7 +265,15 @@ def request_row(**fields: Any) -> dict[str, Any]:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+    return f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg'].removeprefix('Value error, ')}"
+
+
+def _check(model: type[BaseModel], data: dict[str, Any], where: str) -> None:
+    """model's check of data read from a file: one line naming `where` and the first field wrong."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{where}: {_first_error(exc)} (file damaged)") from None
 
 
 def read_manifest(data: Any, source: str) -> dict[str, Any]:
@@ -250,13 +298,18 @@ def read_plan(data: Any, source: str) -> list[dict[str, Any]]:
     for i, entry in enumerate(data, start=1):
         if not isinstance(entry, dict):
             raise UserError(f"{source}: entry {i} is {type(entry).__name__}, not an object (file damaged)")
-        try:
-            PlanEntry.model_validate(entry)
-        except ValidationError as exc:
-            raise UserError(f"{source}: entry {i}: {_first_error(exc)} (file damaged)") from None
+        _check(PlanEntry, entry, f"{source}: entry {i}")
         if entry["cell_id"] in seen:
             raise UserError(f"{source}: cell {entry['cell_id']!r} is planned twice (file damaged)")
         seen.add(entry["cell_id"])
+    return data
+
+
+def read_voided(data: Any, source: str) -> dict[str, Any]:
+    """A voided attempt's record (VoidedAttempt): one line naming the file and field otherwise."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: not a JSON object (file damaged)")
+    _check(VoidedAttempt, data, source)
     return data
 
 
@@ -274,8 +327,5 @@ def read_rows(kind: str, rows: list[Any], source: str) -> list[dict[str, Any]]:
                 f"{source}: row {i} has schema_version {v!r} but this harness reads {want}; "
                 "use the harness version that wrote it"
             )
-        try:
-            model.model_validate(r)
-        except ValidationError as exc:
-            raise UserError(f"{source}: row {i}: {_first_error(exc)} (file damaged)") from None
+        _check(model, r, f"{source}: row {i}")
     return rows

@@ -28,8 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from e2e.design.config import is_plain_name
 from e2e.errors import UserError
 from e2e.rundir import formats
+from e2e.rundir.gpu_rows import VOIDED
 from e2e.safety.safe_io import check_closed, open_append, open_nofollow, probe_writable, real_dir, write_atomic
 
 MANIFEST = "manifest.json"
@@ -45,8 +47,6 @@ def run_folder(out: str | Path, run_id: str | None, config_name: str, suffix: st
     """<out>/<run-id>: the run id given, or a time stamp and the config's name. A run id is a plain
     name (letters, digits, '_', '.', '-'; no '..'), never a path: a run stays under its root."""
     import time
-
-    from e2e.design.config import is_plain_name
 
     name = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{config_name}{suffix}"
     if not is_plain_name(name):
@@ -155,6 +155,8 @@ class RunStore:
 
     def lock(self) -> None:
         check_closed(self.root)  # before anything is written, the lock file included
+        for server_dir in sorted((self.root / "cells").glob("*")):
+            voided(server_dir)  # a damaged record: one line now, not once a resume has changed the manifest
         path = self.root / ".lock"
         try:
             fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -248,16 +250,18 @@ class RunStore:
 
     def log_path(self, name: str) -> Path:
         """logs/<name>.log; the server opens it without following a link (e2e/serve/server.py)."""
-        return real_dir(self.root, "logs") / f"{name}.log"
+        file = f"{plain(name, 'a log name')}.log"  # checked before the folder is made
+        return real_dir(self.root, "logs") / file
 
-    def cell_dir(self, cell_id: str) -> Path:
-        return real_dir(self.root, "cells", cell_id)
+    def cell_dir(self, key: str) -> Path:
+        """cells/<key>/: a server group's routing records and GPU readings."""
+        return real_dir(self.root, "cells", plain(key, "a server key"))
 
     def attempts_used(self, key: str) -> int:
         """How many server attempts of `key` have left files here (logs/<key>.aN.log, cells/<key>/
         {gpu,records}-aN): a resumed run numbers its next attempt past them, so no attempt's log,
         readings or records are ever appended to another's."""
-        logs, cells = self.root / "logs", self.root / "cells" / key
+        logs, cells = self.root / "logs", self.root / "cells" / plain(key, "a server key")
         used = [
             int(m[1])
             for f in (logs.iterdir() if logs.is_dir() else [])
@@ -265,6 +269,34 @@ class RunStore:
         ]
         used += [int(m[2]) for f in (cells.iterdir() if cells.is_dir() else []) if (m := ATTEMPT_DIR.match(f.name))]
         return max(used, default=-1) + 1
+
+
+def plain(name: str, what: str) -> str:
+    """name, when it is a plain name: what becomes a file or folder name in the run folder never
+    leads out of it (the readers refuse such a field first, formats.PlainName)."""
+    if not is_plain_name(name):
+        raise UserError(f"{what} {name!r} is not a plain name: nothing in a run folder is a path")
+    return name
+
+
+def inside(root: Path, rel: Any) -> Path | None:
+    """root/rel when `rel`, read from a record in the run folder (a live server's `log`), is a path
+    inside it (plain names joined by '/', formats.InsidePath) and names a regular file there, no link
+    on the way; None otherwise: a record is data, and what it names outside is never touched."""
+    if not isinstance(rel, str) or not formats.is_inside_path(rel):
+        return None
+    path = Path(root)
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return None
+    return path if path.is_file() else None
+
+
+def voided(server_dir: Path) -> list[dict[str, Any]]:
+    """The attempts of one server group that `retry` voided (cells/<server>/gpu-a<n>/voided.json),
+    each checked (formats.VoidedAttempt): one line naming a damaged one."""
+    return [formats.read_voided(_read_json(f), str(f)) for f in sorted(Path(server_dir).glob(f"gpu-a*/{VOIDED}"))]
 
 
 def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -8,7 +8,10 @@ Two mechanisms, because a secret reaches files two ways:
   server may dump its environment) is scrubbed afterwards: every value of a secret-named variable
   or flag the server was given, and the API key, is replaced in its log file and in any log tail
   kept in a row (scrub, scrub_file), in each spelling a server or Python prints a value with
-  (spellings: JSON, repr and ascii(), URL-encoded, shell-quoted, and those escaped once more).
+  (spellings: JSON, repr and ascii(), URL-encoded, shell-quoted, and those escaped once more; hex
+  and base64 of its UTF-8, base64 inside a longer base64 text too; UTF-16). Not covered, and said
+  so in docs/guarantees/security.md: a value cut by a line break or wrapped, only part of a value,
+  and any other transformation (compressed, encrypted, another escaping).
 A flag is a secret flag by its name, in argparse's abbreviations too (`--hf-tok` is `--hf-token`
 to vLLM), and a config's args are redacted as the server receives them: server.extra_args then
 the arm's args, so a secret flag ending one hides the value that starts the other.
@@ -16,15 +19,17 @@ the arm's args, so a secret flag ending one hides the value that starts the othe
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
 import re
 import shlex
+import stat
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from e2e.errors import UserError
 
@@ -212,68 +217,199 @@ _ENCODINGS = (
 )
 # ... and a dump inside a dump (a JSON log line holding a repr or JSON string) escapes it again.
 _ESCAPES = (_json, _json_utf8, _repr)
+_MIN_BASE64 = 8  # characters of a secret's own bits inside a longer base64 text: fewer match ordinary text
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _binary(s: str) -> set[str]:
+    """s's UTF-8 bytes as text: hex (either case) and base64 (standard and URL-safe alphabets), the
+    whole encoding (padded or not) and, for each of the three alignments it can have inside a longer
+    base64 text (a `user:password` in Basic auth), the characters that hold its bits only."""
+    b = _utf8(s)
+    whole = base64.b64encode(b).decode()
+    out = {b.hex(), b.hex().upper(), whole, whole.rstrip("=")}
+    for k in range(3):  # k bytes before it: character i holds bits 6i..6i+5 of the whole
+        enc = base64.b64encode(b"\0" * k + b).decode()
+        core = enc[-(-8 * k // 6) : 8 * (k + len(b)) // 6]
+        if len(core) >= _MIN_BASE64:
+            out.add(core)
+    return out | {x.translate(_URLSAFE) for x in out}
+
+
+def _utf16(s: str) -> list[bytes]:
+    """s as a UTF-16 writer puts it in a file, either byte order."""
+    return [s.encode(enc, "surrogatepass") for enc in ("utf-16-le", "utf-16-be")]
 
 
 def spellings(secret: str) -> frozenset[str]:
-    """Every form in which a server or Python may print `secret` (the value itself included)."""
+    """Every form in which a server or Python may print `secret` as text (the value itself included;
+    UTF-16 as a log tail reads it: its bytes decoded as UTF-8, what is not UTF-8 replaced)."""
     first = {secret} | {enc(secret) for enc in _ENCODINGS}
-    return frozenset({t for f in first for t in (f, *(esc(f) for esc in _ESCAPES))} - {""})
+    escaped = {t for f in first for t in (f, *(esc(f) for esc in _ESCAPES))}
+    utf16 = {b.decode("utf-8", "replace") for b in _utf16(secret)}
+    return frozenset((escaped | _binary(secret) | utf16) - {""})
 
 
 def _needles(secrets: Iterable[str]) -> list[str]:
-    """All spellings of all secrets, longest first (no partial leftovers of a longer one)."""
+    """All spellings of all secrets, longest first."""
     return sorted({sp for s in secrets if s for sp in spellings(s)}, key=len, reverse=True)
+
+
+def _byte_needles(secrets: Iterable[str]) -> list[bytes]:
+    """What to find in a file's bytes: every spelling's UTF-8, and each value in UTF-16."""
+    found = {_utf8(t) for t in _needles(secrets)} | {b for s in secrets if s for b in _utf16(s)}
+    return sorted(found, key=len, reverse=True)
+
+
+_Text = TypeVar("_Text", str, bytes)
+
+
+def _regions(buf: _Text, needles: Sequence[_Text]) -> list[list[int]]:
+    """[start, end) of every needle in buf, in order, overlapping ones merged into one: nothing of a
+    secret is left beside another that overlaps it."""
+    spans = []
+    for n in needles:
+        i = buf.find(n)
+        while i != -1:
+            spans.append((i, i + len(n)))
+            i = buf.find(n, i + len(n))
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def _replace(buf: _Text, regions: list[list[int]], mark: Callable[[int], _Text]) -> _Text:
+    parts, pos = [], 0
+    for a, b in regions:
+        parts += [buf[pos:a], mark(b - a)]
+        pos = b
+    parts.append(buf[pos:])
+    return buf[:0].join(parts)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """text with every spelling of every secret value replaced by REDACTED."""
-    for s in _needles(secrets):
-        text = text.replace(s, REDACTED)
-    return text
+    return _replace(text, _regions(text, _needles(secrets)), lambda n: REDACTED)
+
+
+_CHUNK = 1 << 20  # a file is scrubbed a chunk at a time: memory stays this (and the longest spelling)
+_REDACTED_BYTES = REDACTED.encode()
+
+
+def _pieces(read: Callable[[int], bytes], needles: list[bytes]) -> Iterator[tuple[int, bytes, list[list[int]]]]:
+    """(offset, piece, where the spellings are in it) of all that read() gives, a chunk at a time:
+    the last bytes of a chunk that could start a spelling wait for the next chunk."""
+    keep = max(map(len, needles)) - 1
+    buf, at = b"", 0
+    while True:
+        chunk = read(_CHUNK)
+        buf += chunk
+        cut = len(buf) - keep if chunk else len(buf)  # a spelling starting before cut lies in buf whole
+        regions = [r for r in _regions(buf, needles) if r[0] < cut]
+        end = max(cut, regions[-1][1] if regions else 0, 0)
+        yield at, buf[:end], regions
+        buf, at = buf[end:], at + end
+        if not chunk:
+            return
+
+
+def _open_regular(path: Path) -> Any:
+    """path opened for reading when it is a regular file (never through a link; a FIFO does not
+    block the open), else None."""
+    try:
+        f = open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        return None
+    return f
+
+
+def found_in_file(path: Path, pattern: re.Pattern[bytes], longest: int) -> set[bytes]:
+    """Every match of `pattern` (at most `longest` bytes) in a regular file, read a chunk at a time:
+    what a log holds (a dead harness's API key, found by its digest) without reading it whole. Empty
+    when it is not a regular file or cannot be read."""
+    f = _open_regular(path)
+    if f is None:
+        return set()
+    found: set[bytes] = set()
+    with f:
+        tail = b""
+        while chunk := f.read(_CHUNK):
+            buf = tail + chunk
+            found.update(m.group(0) for m in pattern.finditer(buf))
+            tail = buf[-(longest + 1) :]  # a match cut by the chunk's end, and the byte before it
+    return found
 
 
 def scrub_file(path: Path, secrets: Iterable[str]) -> bool:
     """Scrub a file in place (bytes: a log need not be UTF-8). True when something was replaced.
 
-    The scrubbed copy replaces the file atomically. A full disk has no room for that copy: the
-    file's own bytes are then overwritten with a mask of the same length (no new block needed),
-    and as a last resort the file is emptied. A secret never stays."""
-    needles = [_utf8(s) for s in _needles(secrets)]
+    Only a regular file is read or written: a link, FIFO or device is left alone (nothing is read or
+    written through one). It is read a chunk at a time, never whole (a log may be gigabytes), into a
+    scrubbed copy that replaces it atomically (and is dropped when there was nothing to replace). A
+    full disk has no room for that copy: each secret is then overwritten in the file itself by as
+    many bytes (no new block needed), and as a last resort the file is emptied. A secret never stays."""
+    needles = _byte_needles(secrets)
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError:
+    src = _open_regular(path)
+    if src is None:
         return False
-    new = data
-    for s in needles:
-        new = new.replace(s, REDACTED.encode())
-    if new == data:
-        return False
-    tmp = path.with_name(f".{path.name}.scrub-{os.getpid()}")
-    try:
-        # a new name only (O_EXCL), never through a link planted at it (O_NOFOLLOW)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(new)
-        os.chmod(tmp, os.stat(path).st_mode & 0o777)
-        os.replace(tmp, path)
-        return True
-    except FileExistsError:
-        pass  # not ours to remove: mask in place below
-    except OSError:
-        tmp.unlink(missing_ok=True)
-    masked = data
-    for s in needles:
-        masked = masked.replace(s, REDACTED.encode()[: len(s)].ljust(len(s), b"*"))
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-    try:
+    with src:
+        st = os.fstat(src.fileno())
+        if not needles:
+            return False
+        tmp = path.with_name(f".{path.name}.scrub-{os.getpid()}")
         try:
-            off = 0
-            while off < len(masked):
-                off += os.pwrite(fd, masked[off:], off)
-            os.fsync(fd)
+            # a new name only (O_EXCL), never through a link planted at it (O_NOFOLLOW)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            pass  # not ours to remove: mask in place below
         except OSError:
-            os.ftruncate(fd, 0)
+            return _mask_in_place(path, src, needles)  # no room even for an empty file
+        else:
+            try:
+                found = False
+                with os.fdopen(fd, "wb") as f:
+                    for _, piece, regions in _pieces(src.read, needles):
+                        f.write(_replace(piece, regions, lambda n: _REDACTED_BYTES))
+                        found = found or bool(regions)
+                if found:
+                    os.chmod(tmp, st.st_mode & 0o777)
+                    os.replace(tmp, path)
+                    return True
+                tmp.unlink()
+                return False
+            except OSError:
+                tmp.unlink(missing_ok=True)
+        src.seek(0)
+        return _mask_in_place(path, src, needles)
+
+
+def _mask_in_place(path: Path, src: Any, needles: list[bytes]) -> bool:
+    """Overwrite each spelling in the file that `src` reads by as many bytes (REDACTED, then '*'),
+    opened for writing only once there is one; empty the file if that fails."""
+    fd = None
+    try:
+        for at, _, regions in _pieces(src.read, needles):
+            for a, b in regions:
+                if fd is None:
+                    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+                    if not os.path.samestat(os.fstat(fd), os.fstat(src.fileno())):
+                        return False  # replaced meanwhile: not the file that was read
+                os.pwrite(fd, _REDACTED_BYTES[: b - a].ljust(b - a, b"*"), at + a)
+        if fd is not None:
+            os.fsync(fd)
+    except OSError:
+        if fd is None:
+            raise
+        os.ftruncate(fd, 0)
     finally:
-        os.close(fd)
-    return True
+        if fd is not None:
+            os.close(fd)
+    return fd is not None
