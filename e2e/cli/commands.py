@@ -187,11 +187,12 @@ class Run(Command):
         if a.gsm8k_aa and a.gsm8k_aa not in names:  # else refused only after the cells ran
             raise UserError(f"--gsm8k-aa: no arm named {a.gsm8k_aa!r} (have: {', '.join(names)})")
         cells = make_plan(cfg)
+        folder = run_folder(cfg.run.out, a.run_id, cfg.name)  # a name that is a path is refused by the dry run too
         if a.dry_run:
             from e2e.cli.plan_view import print_plan
 
             return print_plan(cfg, cells, a.json)
-        return session.start(cfg, cells, run_folder(cfg.run.out, a.run_id, cfg.name), make_console(stderr=True), opts)
+        return session.start(cfg, cells, folder, make_console(stderr=True), opts)
 
 
 class Delegate(Command):
