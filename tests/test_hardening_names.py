@@ -178,10 +178,6 @@ def test_a_regular_file_is_still_scrubbed(tmp_path):
     assert log.read_text() == "a <redacted> b\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="live_servers.clear_records takes a record's log and server_id as paths (store.inside, store.plain)",
-)
 def test_a_live_server_record_never_leads_scrubbing_or_deleting_out_of_the_run_folder(tmp_path):
     import hashlib
 

@@ -38,8 +38,9 @@ from typing import Any
 import psutil
 
 from e2e.rundir.formats import now
+from e2e.rundir.store import inside
 from e2e.safety.interrupts import held
-from e2e.safety.redact import scrub_file, secret_values
+from e2e.safety.redact import found_in_file, scrub_file, secret_values
 from e2e.safety.safe_io import write_atomic
 from e2e.serve.cluster_record import cluster_record_path, dead_owners_clusters, forget_cluster, record_cluster
 from e2e.serve.owners import (
@@ -154,11 +155,8 @@ def scrub_log(path: Path, secrets: Iterable[str]) -> None:
 def scrub_key_digests(path: Path, digests: set[str], secrets: Iterable[str] = ()) -> None:
     """Scrub a log of `secrets` and of every API key whose SHA-256 is in digests (a dead harness's
     key: nothing else remembers it)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return
-    keys = {m.decode() for m in set(_KEY_CANDIDATE.findall(data)) if key_digest(m.decode()) in digests}
+    # read a chunk at a time, a regular file only: a record's log may be anything
+    keys = {m.decode() for m in found_in_file(Path(path), _KEY_CANDIDATE, 32) if key_digest(m.decode()) in digests}
     if keys or secrets:
         scrub_log(path, set(secrets) | keys)
 
@@ -315,11 +313,12 @@ def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str,
                 )
             except OSError:
                 pass
-        log = r.get("log")
-        if isinstance(log, str):
-            path = Path(log) if Path(log).is_absolute() else Path(run_root) / log
-            scrub_key_digests(path, {r.get("key_sha256") or ""}, secrets)
-        forget(Path(run_root) / LIVE_DIR, r["server_id"])
+        # a record is data: its log is scrubbed only when it names a regular file inside the run folder,
+        # and the record itself is dropped by the name it was read from, never by a name it holds
+        log = inside(Path(run_root), r.get("log"))
+        if log is not None:
+            scrub_key_digests(log, {r.get("key_sha256") or ""}, secrets)
+        forget(Path(run_root) / LIVE_DIR, r["_path"].stem)
     return killed
 
 
