@@ -38,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.design.config import WorkloadCfg
 from e2e.run import metrics
-from e2e.run.measure import CellResult, TokenSampler, check_row
+from e2e.run.measure import CellResult, TokenSampler, check_row, run_rounds
 from e2e.serve.server import SERVED_NAME, ServerGone
 
 ROUTE = "primed"
@@ -237,29 +237,15 @@ class BatchClient:
         span = max(done) - min(o["t0"] for o in sent) if len(done) == len(sent) else None
         server = {k: after[k] - before.get(k, 0.0) for k in after}
         row: dict[str, Any] = {"t_client_s": span, "requests": requests, "server": server}
-        row.update(_mean_server_times(metrics.parse(after_text), hist, len(prompts)))
+        row.update(metrics.deltas(hist, metrics.parse(after_text), len(prompts)))
         return row
 
-    def scrape_after(self, before: metrics.Snapshot, n_requests: int, timeout_s: float = 2.0) -> str:
+    def scrape_after(self, before: metrics.Snapshot, n_requests: int) -> str:
         """The first scrape whose e2e histogram has counted all n requests (it can trail the answers)."""
-        key = metrics.HISTOGRAMS["server_e2e_s"]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self.scrape()
-            if metrics.parse(text).counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
-                return text
-            if time.monotonic() > deadline:
-                return text
-            time.sleep(0.005)
-
-
-def _mean_server_times(after: metrics.Snapshot, before: metrics.Snapshot, c: int) -> dict[str, float | None]:
-    """Each server histogram's mean over the round's c requests; None where it did not count c."""
-    out: dict[str, float | None] = {}
-    for field, name in metrics.HISTOGRAMS.items():
-        dc = after.counts.get(name, 0) - before.counts.get(name, 0)
-        out[field] = (after.sums.get(name, 0.0) - before.sums.get(name, 0.0)) / c if dc == c else None
-    return out
+        try:
+            return metrics.scrape_text_after(self.http, before, n_requests)
+        except httpx.HTTPError as exc:
+            raise ServerGone(f"/metrics: {exc!r}") from None
 
 
 def measure_batch_cell(
@@ -274,54 +260,15 @@ def measure_batch_cell(
 ) -> CellResult:
     """measure_cell's contract at concurrency client.c: prime the cell's c prompts, warm, then time
     rounds (one row per round and length). `between_rounds(k)` as in measure_cell."""
-    between = between_rounds or (lambda k: None)
     c = client.c
     prompts = [sampler.prompt(depth) for _ in range(c)]
     phase("priming")
     t0 = time.monotonic()
     primed = client.send(prompts, 1)
+
+    def one(n: int) -> tuple[dict[str, Any], str | None]:
+        row = client.round(prompts, n, depth)
+        return row, round_problem(row, c, n, depth, client.kv["block_size"] if client.kv else None)
+
     warm_ok = all(check_row(o, depth, 1) is None for o in primed)
-    phase("warming")
-    for _ in range(wl.warmup_rounds):
-        for n in (wl.long_tokens, wl.short_tokens):
-            w = client.round(prompts, n, depth)
-            warm_ok &= _judge(w, c, n, depth, client) is None
-    warmup_s = time.monotonic() - t0
-    between(0)
-
-    phase("measuring")
-    t1 = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    stopped_by, rnd = "rounds", 0
-    while True:
-        pair = (wl.long_tokens, wl.short_tokens) if rnd % 2 == 0 else (wl.short_tokens, wl.long_tokens)
-        for pos, n in enumerate(pair):
-            row = client.round(prompts, n, depth)
-            reason = _judge(row, c, n, depth, client)
-            row = {
-                "n_tokens": n,
-                "round": rnd,
-                "position": pos,
-                **row,
-                "valid": reason is None,
-                "invalid_reason": reason,
-            }
-            rows.append(row)
-            emit(row)
-        rnd += 1
-        between(rnd)
-        if rnd < wl.rounds:
-            continue
-        if stop_rule is None:
-            break
-        if stop_rule(rows):
-            stopped_by = "target_ci"
-            break
-        if rnd >= wl.max_rounds:
-            stopped_by = "max_rounds"
-            break
-    return CellResult(rows, warmup_s, time.monotonic() - t1, warm_ok, stopped_by)
-
-
-def _judge(row: dict[str, Any], c: int, n: int, depth: int, client: BatchClient) -> str | None:
-    return round_problem(row, c, n, depth, client.kv["block_size"] if client.kv else None)
+    return run_rounds(wl, one, emit, phase, stop_rule, between_rounds, started=t0, warm_ok=warm_ok)

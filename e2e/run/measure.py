@@ -200,14 +200,34 @@ def measure_cell(
     """Warm the depth, then time rounds. `emit` receives each timed row as soon as it exists.
     `between_rounds(k)` runs once k rounds are done (k = 0: after warm-up), never inside a timed
     request: the GPU checks (e2e/gpu/gpu_state.py) sample there, and may raise to end the cell."""
+
+    def one(n: int) -> tuple[dict[str, Any], str | None]:
+        row = client.complete(sampler.prompt(depth), n)
+        return row, check_row(row, depth, n)
+
+    return run_rounds(wl, one, emit, phase, stop_rule, between_rounds)
+
+
+def run_rounds(
+    wl: WorkloadCfg,
+    one: Callable[[int], tuple[dict[str, Any], str | None]],
+    emit: Callable[[dict[str, Any]], None],
+    phase: Callable[[str], None],
+    stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
+    between_rounds: Callable[[int], None] | None = None,
+    started: float | None = None,
+    warm_ok: bool = True,
+) -> CellResult:
+    """Warm-up, then timed rounds of a long and a short length in alternating order, until
+    workload.rounds (and the stop rule, up to max_rounds). `one(n)` sends what a round sends at
+    length n (one request, or c of them: e2e/run/batch.py) and returns its row and why it does not
+    count. `started`: when warming began, if work before the warm-up rounds belongs to it."""
     between = between_rounds or (lambda k: None)
     phase("warming")
-    t0 = time.monotonic()
-    warm_ok = True
+    t0 = time.monotonic() if started is None else started
     for _ in range(wl.warmup_rounds):
         for n in (wl.long_tokens, wl.short_tokens):
-            w = client.complete(sampler.prompt(depth), n)
-            warm_ok &= check_row(w, depth, n) is None
+            warm_ok &= one(n)[1] is None
     warmup_s = time.monotonic() - t0
     between(0)
 
@@ -219,8 +239,7 @@ def measure_cell(
     while True:
         pair = (wl.long_tokens, wl.short_tokens) if rnd % 2 == 0 else (wl.short_tokens, wl.long_tokens)
         for pos, n in enumerate(pair):
-            row = client.complete(sampler.prompt(depth), n)
-            reason = check_row(row, depth, n)
+            row, reason = one(n)
             row = {
                 "n_tokens": n,
                 "round": rnd,

@@ -50,24 +50,32 @@ def scrape(client: httpx.Client) -> Snapshot:
     return parse(r.text)
 
 
-def scrape_after(client: httpx.Client, before: Snapshot, n_requests: int = 1, timeout_s: float = 2.0) -> Snapshot:
-    """Scrape until the e2e histogram has counted the request(s) just finished (it is observed
-    when the request is finalised, which can trail the HTTP response by a moment)."""
+def scrape_text_after(client: httpx.Client, before: Snapshot, n_requests: int = 1, timeout_s: float = 2.0) -> str:
+    """/metrics as text, once the e2e histogram has counted the request(s) just finished (it is
+    observed when a request is finalised, which can trail the HTTP response by a moment)."""
     key = HISTOGRAMS["server_e2e_s"]
     deadline = time.monotonic() + timeout_s
     while True:
-        snap = scrape(client)
-        if snap.counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
-            return snap
+        r = client.get("/metrics")
+        r.raise_for_status()
+        if parse(r.text).counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
+            return r.text
         if time.monotonic() > deadline:
-            return snap
+            return r.text
         time.sleep(0.005)
 
 
-def deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
-    """Per-request server times; None where the histogram did not count exactly one request."""
+def scrape_after(client: httpx.Client, before: Snapshot, n_requests: int = 1, timeout_s: float = 2.0) -> Snapshot:
+    return parse(scrape_text_after(client, before, n_requests, timeout_s))
+
+
+def deltas(before: Snapshot, after: Snapshot, n_requests: int = 1) -> dict[str, float | None]:
+    """Per-request server times: each histogram's sum over the n requests just finished, divided by
+    n (n > 1: overlapping requests, whose own times cannot be told apart); None where the histogram
+    did not count exactly n requests."""
     out: dict[str, float | None] = {}
     for field, name in HISTOGRAMS.items():
         dc = after.counts.get(name, 0) - before.counts.get(name, 0)
-        out[field] = (after.sums.get(name, 0.0) - before.sums.get(name, 0.0)) if dc == 1 else None
+        total = after.sums.get(name, 0.0) - before.sums.get(name, 0.0)
+        out[field] = total / n_requests if dc == n_requests else None
     return out
