@@ -7,7 +7,7 @@ import pytest
 
 from e2e.cli import main
 from e2e.design.config import batch_warnings, parse_config
-from e2e.design.plan import make_plan
+from e2e.design.plan import Cell, make_plan
 from e2e.errors import UserError
 from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, server_facts
 from e2e.serve.launch import server_spec
@@ -21,8 +21,8 @@ def cfg(**workload):
 
 def test_batch_one_is_todays_design_and_above_one_the_primed_route():
     one, four = cfg(), cfg(concurrency=[4])
-    assert (one.workload.batch, one.workload.route) == (1, "fresh")
-    assert (four.workload.batch, four.workload.route) == (4, "primed")
+    assert (one.workload.max_concurrency, one.workload.route) == (1, "fresh")
+    assert (four.workload.max_concurrency, four.workload.route) == (4, "primed")
     argv1, argv4 = server_spec(one, one.arms[0], None).argv(0), server_spec(four, four.arms[0], None).argv(0)
     assert "--no-enable-prefix-caching" in argv1 and "--max-num-seqs" not in argv1
     assert "--enable-prefix-caching" in argv4 and argv4[argv4.index("--max-num-seqs") + 1] == "4"
@@ -33,10 +33,26 @@ def test_batch_one_is_todays_design_and_above_one_the_primed_route():
     assert plan[0].to_dict()["concurrency"] == 4 and "concurrency" not in make_plan(one, passes=1)[0].to_dict()
 
 
+def test_a_grid_is_every_depth_at_every_concurrency_one_route_and_the_largest_c_on_the_server():
+    """A design point is (depth, c): the plan walks the points by c then depth (batch-1 ids unchanged),
+    every point of a run with any c > 1 takes the primed route, and the server holds the largest c."""
+    grid = cfg(concurrency=[4, 1], depths=[256, 128])
+    assert grid.workload.concurrency == (1, 4) and grid.workload.route == "primed"
+    assert [str(p) for p in grid.workload.points] == ["128", "256", "128 (c=4)", "256 (c=4)"]
+    plan = make_plan(grid, passes=2)
+    assert [c.cell_id for c in plan[:4]] == ["p1-d128-a", "p1-d128-b", "p1-d256-a", "p1-d256-b"]
+    assert plan[4].cell_id == "p1-d128-c4-a" and len(plan) == 2 * 4 * 2
+    argv = server_spec(grid, grid.arms[0], None).argv(0)
+    assert "--enable-prefix-caching" in argv and argv[argv.index("--max-num-seqs") + 1] == "4"
+    # a point round-trips through plan.json
+    assert [Cell.from_dict(c.to_dict()).point for c in plan] == [c.point for c in plan]
+
+
 @pytest.mark.parametrize(
     "workload, args, msg",
     [
-        ({"concurrency": [1, 4]}, [], "one concurrency per run"),
+        ({"concurrency": [4, 4]}, [], "names a value twice"),
+        ({"concurrency": [1, 8]}, ["--max-num-seqs", "4"], "--max-num-seqs 4 is below workload.concurrency 8"),
         ({"concurrency": [0]}, [], "concurrency 0 must be from 1 to 1024"),
         ({"concurrency": [4]}, ["--max-num-seqs", "2"], "--max-num-seqs 2 is below workload.concurrency 4"),
         ({"concurrency": [4]}, ["--max-num-seqs=3"], "--max-num-seqs 3 is below workload.concurrency 4"),

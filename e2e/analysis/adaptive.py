@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.stats import planning
+from e2e.stats.point import Point
 
 STOP_PILOT, STOP_ONE_ARM, STOP_NO_MODEL = (
     "target reached by the pilot",
@@ -30,15 +31,15 @@ def _median(xs: list[float], default: float) -> float:
 
 
 def pilot_costs(a: Any) -> planning.Costs:
-    """Seconds per warm start (per arm), warm-up and round (per arm and depth) from a RunAnalysis."""
+    """Seconds per warm start (per arm), warm-up and round (per arm and point) from a RunAnalysis."""
     ok = sorted((c for c in a.cell_rows.values() if c.get("status") == "ok"), key=lambda c: c.get("index", 0))
     every_start = [float(c["startup_s"]) for c in ok if c.get("startup_s")]
     start, warm, rnd = {}, {}, {}
     for arm in a.arms:
         starts = [float(c["startup_s"]) for c in ok if c["arm"] == arm and c.get("startup_s")]
         start[arm] = _median(starts[1:] or starts, _median(every_start, 120.0))
-        for d in a.depths:
-            cs = [c for c in ok if c["arm"] == arm and c["depth"] == d]
+        for d in a.points:
+            cs = [c for c in ok if c["arm"] == arm and Point.of(c) == d]
             warm[(arm, d)] = _median([c.get("warmup_s") for c in cs], 0.0) if cs else 0.0
             rnd[(arm, d)] = _median(
                 [float(c["measure_s"]) / c["rounds"] for c in cs if c.get("measure_s") and c.get("rounds")], 1.0
@@ -54,7 +55,7 @@ class Decision:
     max_minutes: float | None
     stopped_by: str
     extra_passes: int = 0
-    rounds: dict[int, int] = field(default_factory=dict)
+    rounds: dict[Point, int] = field(default_factory=dict)
     pilot_widest_pct: float | None = None
     allocation: dict[str, Any] | None = None
     costs: dict[str, Any] | None = None
@@ -67,7 +68,7 @@ class Decision:
         pred = (self.allocation or {}).get("predicted_gpu_minutes")
         return (
             f"pilot widest +-{self.pilot_widest_pct:.2f} % > {self.target_ci_pct:g} %: {self.extra_passes} more "
-            f"pass(es), rounds per depth {r}, predicted {pred:.1f} GPU-min ({self.stopped_by})"
+            f"pass(es), rounds per point {r}, predicted {pred:.1f} GPU-min ({self.stopped_by})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +148,7 @@ def plan_extra(cfg: Any, run_dir: Path, passes: int, elapsed_min: float) -> Deci
         planning.Components.of(a.fit),
         list(a.fit.design.cells),
         a.arms,
-        a.depths,
+        a.points,
         a.shared_servers,
         costs,
         r.target_ci_pct,

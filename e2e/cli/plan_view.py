@@ -8,6 +8,7 @@ import json
 from e2e.design.config import Config, batch_warnings
 from e2e.design.plan import Cell, plan_table_rows
 from e2e.report.progress import make_console
+from e2e.stats.point import Point
 
 
 def print_plan(cfg: Config, cells: list[Cell], as_json: bool) -> int:
@@ -17,19 +18,17 @@ def print_plan(cfg: Config, cells: list[Cell], as_json: bool) -> int:
     from rich.table import Table
 
     t = Table(title=f"plan: {cfg.name} ({len(cells)} cells, server mode {cfg.server.mode})")
-    for col in ("index", "pass", "arm", "depth", "cell_id"):
+    for col in ("index", "pass", "arm", "point", "cell_id"):
         t.add_column(col)
     for r in plan_table_rows(cells):
         t.add_row(*r)
     console = make_console()
     console.print(t)
-    c = cfg.workload.batch
-    if c > 1:
-        console.print(f"batch: {c} requests decode together in every round (primed route: docs/concepts/load.md)")
+    if cfg.workload.route == "primed":
+        cs = ", ".join(map(str, cfg.workload.concurrency))
+        console.print(f"batch: c in {cs} requests decode together (primed route at every point: docs/concepts/load.md)")
         for w in batch_warnings(cfg):
             console.print(w, markup=False)
-        console.print("prediction: none (the earlier runs it would come from measured batch 1)")
-        return 0
     from e2e.analysis.prior import predict_plan, this_gpu
 
     pred = predict_plan(cfg, cells, gpu=this_gpu())
@@ -37,11 +36,11 @@ def print_plan(cfg: Config, cells: list[Cell], as_json: bool) -> int:
         console.print(f"prediction: {pred['note']}")
         return 0
     t = Table(title=f"what this plan should resolve (from {pred['source']})")
-    for col in ("arm / ref", "depth", "95 % CI +-%", "MDE %", "df"):
+    for col in ("arm / ref", "point", "95 % CI +-%", "MDE %", "df"):
         t.add_column(col)
     ref = cfg.arms[0].name
     for c in pred["comparisons"]:
         mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:.2f}"
-        t.add_row(f"{c['arm']} / {ref}", str(c["depth"]), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
+        t.add_row(f"{c['arm']} / {ref}", str(Point.of(c)), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
     console.print(t)
     return 0

@@ -1,11 +1,11 @@
 """Cells in counterbalanced order. Pure functions: no I/O, no server, no clock.
 
-A pass walks the depths in ascending order and, at each depth, runs every arm in the pass's arm
-order. Pass 1 uses the order named by `run.order`; each later pass reverses the previous one (ABBA),
+A pass walks the design points (e2e/stats/point.py: every depth at every concurrency, by c then
+depth) and, at each point, runs every arm in the pass's arm order. Pass 1 uses the order named by `run.order`; each later pass reverses the previous one (ABBA),
 so drift over a run cannot land on the same arm twice.
 
-In `per-arm-pass` server mode one server serves all depths of an arm within a pass, so a pass runs
-arm by arm instead (each arm walking its depths); cells that share a server share `server_key`.
+In `per-arm-pass` server mode one server serves all points of an arm within a pass, so a pass runs
+arm by arm instead (each arm walking its points); cells that share a server share `server_key`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from e2e.design.schema import Config, order_arms
-
-
-def point_name(depth: int, concurrency: int) -> str:
-    """Where a cell measures, as ids name it: `d<depth>`, and `-c<c>` above batch 1 (so the ids of
-    batch-1 runs are what they always were)."""
-    return f"d{depth}" if concurrency == 1 else f"d{depth}-c{concurrency}"
+from e2e.stats.point import Point
 
 
 @dataclass(frozen=True)
@@ -33,12 +28,14 @@ class Cell:
     concurrency: int = 1  # requests decoding together in a round (workload.concurrency)
 
     @property
-    def point(self) -> str:
-        return point_name(self.depth, self.concurrency)
+    def point(self) -> Point:
+        """Where the cell measures; ids name it `d<depth>`, `-c<c>` above batch 1 (so the ids of
+        batch-1 runs are what they always were)."""
+        return Point(self.depth, self.concurrency)
 
     @property
     def cell_id(self) -> str:
-        return f"p{self.pass_}-{self.point}-{self.arm}"
+        return f"p{self.pass_}-{self.point.name}-{self.arm}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -78,36 +75,37 @@ def make_plan(cfg: Config, passes: int | None = None) -> list[Cell]:
     names = [a.name for a in cfg.arms]
     first = order_arms(cfg.run.order, names)
     n_passes = passes if passes is not None else cfg.default_passes()
-    depths = sorted(cfg.workload.depths)
-    c = cfg.workload.batch
+    points = cfg.workload.points
     cells: list[Cell] = []
     for p, arms in enumerate(pass_orders(first, n_passes), start=1):
         if cfg.server.mode == "per-arm-pass":
-            pairs = [(arm, d) for arm in arms for d in depths]
+            pairs = [(arm, pt) for arm in arms for pt in points]
         else:
-            pairs = [(arm, d) for d in depths for arm in arms]
-        for arm, d in pairs:
-            key = f"p{p}-{arm}" if cfg.server.mode == "per-arm-pass" else f"p{p}-{point_name(d, c)}-{arm}"
-            cells.append(Cell(index=len(cells), pass_=p, arm=arm, depth=d, server_key=key, concurrency=c))
+            pairs = [(arm, pt) for pt in points for arm in arms]
+        for arm, pt in pairs:
+            key = f"p{p}-{arm}" if cfg.server.mode == "per-arm-pass" else f"p{p}-{pt.name}-{arm}"
+            cells.append(
+                Cell(index=len(cells), pass_=p, arm=arm, depth=pt.depth, server_key=key, concurrency=pt.concurrency)
+            )
     return cells
 
 
-def next_pass(cfg: Config, cells: list[Cell], rounds: dict[int, int] | None = None) -> list[Cell]:
+def next_pass(cfg: Config, cells: list[Cell], rounds: dict[Point, int] | None = None) -> list[Cell]:
     """The cells of one more pass after `cells` (adaptive replication), continuing the alternation
     of arm order: make_plan's plan for n + 1 passes begins with its plan for n. `rounds`: timed
-    rounds per depth for the new cells (None: workload.rounds)."""
+    rounds per point for the new cells (None: workload.rounds)."""
     n = max((c.pass_ for c in cells), default=0)
     more = make_plan(cfg, passes=n + 1)
     if [c.cell_id for c in more[: len(cells)]] != [c.cell_id for c in cells]:
         raise ValueError("the plan on disk is not this config's plan: cannot extend it")
     new = more[len(cells) :]
     if rounds:
-        new = [replace(c, rounds=rounds.get(c.depth)) for c in new]
+        new = [replace(c, rounds=rounds.get(c.point)) for c in new]
     return new
 
 
 def plan_table_rows(cells: list[Cell]) -> list[tuple[str, ...]]:
-    return [(str(c.index), str(c.pass_), c.arm, str(c.depth), c.cell_id) for c in cells]
+    return [(str(c.index), str(c.pass_), c.arm, str(c.point), c.cell_id) for c in cells]
 
 
 # -- slots: where server groups run (an executor with several GPUs or nodes) ------------------------
@@ -128,10 +126,10 @@ def server_groups(cells: list[Cell]) -> list[list[Cell]]:
     return out
 
 
-def _group_position(group: list[Cell], arms: list[str], depths: list[int]) -> int:
+def _group_position(group: list[Cell], arms: list[str], points: list[Point]) -> int:
     k = arms.index(group[0].arm) if group[0].arm in arms else len(arms)
-    # A group with several depths (per-arm-pass) is one unit: its slot does not depend on depth.
-    j = depths.index(group[0].depth) if len(group) == 1 and group[0].depth in depths else 0
+    # A group with several points (per-arm-pass) is one unit: its slot does not depend on the point.
+    j = points.index(group[0].point) if len(group) == 1 and group[0].point in points else 0
     return k + len(arms) * j + group[0].pass_ - 1
 
 
@@ -139,8 +137,8 @@ def assign_slots(cells: list[Cell], n_slots: int, arms: list[str]) -> dict[str, 
     """server_key -> slot index in range(n_slots), for every group of `cells`."""
     if n_slots < 1:
         raise ValueError("no slot to run on")
-    depths = sorted({c.depth for c in cells})
-    return {g[0].server_key: _group_position(g, arms, depths) % n_slots for g in server_groups(cells)}
+    points = sorted({c.point for c in cells})
+    return {g[0].server_key: _group_position(g, arms, points) % n_slots for g in server_groups(cells)}
 
 
 def slot_balance(cells: list[Cell], assignment: dict[str, int], slot_names: list[str]) -> dict[str, Any]:
@@ -150,7 +148,7 @@ def slot_balance(cells: list[Cell], assignment: dict[str, int], slot_names: list
     per_depth = all(len(g) == 1 for g in groups)
     counts: dict[str, dict[str, int]] = {}
     for g in groups:
-        unit = f"{g[0].arm}@{g[0].depth}" if per_depth else g[0].arm
+        unit = f"{g[0].arm}@{g[0].point}" if per_depth else g[0].arm
         row = counts.setdefault(unit, {s: 0 for s in slot_names})
         row[slot_names[assignment[g[0].server_key]]] += 1
     uneven = {u: c for u, c in counts.items() if len(set(c.values())) > 1}

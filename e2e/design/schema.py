@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from e2e.errors import UserError
 from e2e.plugin.contract import patch_form_problem
+from e2e.stats.point import Point
 
 # An arm name, a run id: a plain name, never a path (used as folder and file names).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -161,23 +162,19 @@ class WorkloadCfg(_Frozen):
     # Closing rounds of each server's first depth at the end of its life (e2e/stats/bookends.py); 0: none.
     # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
     bookend_rounds: StrictInt = Field(default=5, ge=0)
-    # Requests that decode together in a round (the batch). 1: today's design, one request at a time
-    # over fresh prompts with prefix caching off. Above 1: the primed route (e2e/run/batch.py): the
-    # server runs with prefix caching on, a cell's c prompts are prefilled once and reused, so every
-    # timed decode step runs the c requests together. One value per run: the analysis and the
-    # verdicts are per depth (a grid over c is run as one run per c, then `compare`d).
+    # Requests that decode together in a round (the batch), one or more values: the run measures
+    # every depth at every c, and each (depth, c) is a design point (e2e/stats/point.py) with its own
+    # verdicts. [1]: today's design, one request at a time over fresh prompts with prefix caching off.
+    # Any c above 1: the primed route at every point (e2e/run/batch.py): the servers run with prefix
+    # caching on, a cell's c prompts are prefilled once and reused, so every timed decode step runs
+    # the c requests together. One route per run, so every arm and point is timed the same way.
     concurrency: tuple[StrictInt, ...] = Field(default=(1,), min_length=1)
 
     @field_validator("concurrency", mode="before")
     @classmethod
-    def _one_concurrency(cls, v: Any) -> Any:
+    def _as_tuple(cls, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool):
             return (v,)
-        if isinstance(v, list | tuple) and len(v) > 1:
-            raise ValueError(
-                f"{list(v)}: one concurrency per run (the verdicts are per depth at one batch size); "
-                "run each value as its own run and `compare` them"
-            )
         return v
 
     @field_validator("concurrency")
@@ -186,17 +183,25 @@ class WorkloadCfg(_Frozen):
         for c in v:
             if not 1 <= c <= MAX_CONCURRENCY:
                 raise ValueError(f"concurrency {c} must be from 1 to {MAX_CONCURRENCY}")
-        return v
+        if len(set(v)) != len(v):
+            raise ValueError(f"concurrency {list(v)} names a value twice")
+        return tuple(sorted(v))
 
     @property
-    def batch(self) -> int:
-        """The run's concurrency c (one value per run)."""
-        return self.concurrency[0]
+    def max_concurrency(self) -> int:
+        """The largest c: what a server must run together (--max-num-seqs)."""
+        return max(self.concurrency)
+
+    @property
+    def points(self) -> list[Point]:
+        """Every (depth, c) the run measures, in the run's order (by c, then depth)."""
+        return sorted(Point(d, c) for d in self.depths for c in self.concurrency)
 
     @property
     def route(self) -> str:
-        """How decode is isolated: "fresh" prompts at c = 1, "primed" prompts above (e2e/run/batch.py)."""
-        return "fresh" if self.batch == 1 else "primed"
+        """How decode is isolated: "fresh" prompts when every c is 1, "primed" prompts otherwise
+        (e2e/run/batch.py), at every point of the run."""
+        return "fresh" if self.max_concurrency == 1 else "primed"
 
     @field_validator("depths")
     @classmethod
@@ -328,7 +333,7 @@ class Config(_Frozen):
                 "free port, its own API key and served name, prefix caching off); "
                 "remove it or set server.allow_harness_flag_overrides = true"
             )
-        c = self.workload.batch
+        c = self.workload.max_concurrency
         for where, n in max_num_seqs_args(self):
             if n < c:
                 raise ValueError(
@@ -400,15 +405,14 @@ def capture_sizes(cfg: Config) -> list[int] | None:
 
 def batch_warnings(cfg: Config) -> list[str]:
     """What a run at concurrency c > 1 should be told before it starts (never refused)."""
-    c = cfg.workload.batch
     sizes = capture_sizes(cfg)
-    if c > 1 and sizes is not None and c not in sizes:
-        return [
-            f"warning: workload.concurrency {c} is not among the CUDA-graph capture sizes {sizes} "
-            f"(server.compilation_config): a decode step of {c} requests runs padded to "
-            f"the next captured size ({min((s for s in sizes if s > c), default='none: eager')})"
-        ]
-    return []
+    return [
+        f"warning: workload.concurrency {c} is not among the CUDA-graph capture sizes {sizes} "
+        f"(server.compilation_config): a decode step of {c} requests runs padded to "
+        f"the next captured size ({min((s for s in sizes if s > c), default='none: eager')})"
+        for c in cfg.workload.concurrency
+        if c > 1 and sizes is not None and c not in sizes
+    ]
 
 
 def order_arms(order: str, arm_names: list[str] | tuple[str, ...]) -> list[str]:

@@ -34,6 +34,7 @@ from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
 from e2e.stats import estimate, one_arm, outcomes, verdicts
 from e2e.stats import variance_model as vm
+from e2e.stats.point import Point
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 MEANING = {
@@ -66,9 +67,9 @@ CHECKED_METADATA: dict[str, Callable[[RunAnalysis], Any]] = {
     "kv_cache_dtype": lambda a: _flag(a, "--kv-cache-dtype", "auto"),
     "graph_mode": lambda a: graph_mode(a.manifest.get("config") or {}),
     "server_mode": lambda a: a.manifest.get("server_mode"),
-    "depths": lambda a: a.depths,
-    # requests decoding together per round; absent before batch sizes above 1
-    "concurrency": lambda a: ((a.manifest.get("config") or {}).get("workload") or {}).get("concurrency", [1])[0],
+    "depths": lambda a: sorted({p.depth for p in a.points}),
+    # requests decoding together per round (1 before batch sizes above 1)
+    "concurrency": lambda a: sorted({p.concurrency for p in a.points}),
     "long_tokens": lambda a: a.n_long,
     "short_tokens": lambda a: a.n_short,
     "alpha": lambda a: a.alpha,
@@ -122,13 +123,13 @@ def compare_runs(
     )
     entries = []
     for arm in common:
-        for d in sorted(set(a.depths) & set(b.depths)):
+        for d in sorted(set(a.points) & set(b.points)):
             ca, cb = a._cells_of(arm, d), b._cells_of(arm, d)
             entries.append(
                 (
                     {
                         "arm": arm,
-                        "depth": d,
+                        **d.fields(),
                         "a": one_arm.arm_estimate(fit, f"A:{arm}", d, ca),
                         "b": one_arm.arm_estimate(fit, f"B:{arm}", d, cb),
                     },
@@ -138,7 +139,7 @@ def compare_runs(
     line = verdicts.decide_family([c for _, c in entries], a.alpha, "holm")
     rows = [{**head, **cmp.to_dict()} for head, cmp in entries]
     undecidable += [
-        f"{r['arm']} at {r['depth']}: {r['decision']}"
+        f"{r['arm']} at {Point.of(r)}: {r['decision']}"
         for r in rows
         if outcomes.status_of([r["decision"]], inconclusive_ok=allow_inconclusive) == exits.CANNOT_DECIDE
     ]
@@ -197,7 +198,7 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     say(console, f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
     for r in rows:
         for w in r["warnings"]:
-            say(console, f"warning: {r['arm']} at {r['depth']}: {w}")
+            say(console, f"warning: {r['arm']} at {Point.of(r)}: {w}")
     regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
     words = (r["decision"] for r in rows)
     status = exits.worst([outcomes.status_of(words, inconclusive_ok=allow)] + [CANNOT_DECIDE] * bool(undecidable))

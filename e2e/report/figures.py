@@ -5,8 +5,11 @@ only between cells that one server served, and no figure where there is nothing 
 
     ratio_vs_depth.png   a panel per arm / reference pair: the ratio per depth with its 95 % interval,
                          coloured and labelled by its verdict (e2e/stats/outcomes.py), the per-pass ratios,
-                         the +-min-effect margin; log scale when a panel spans more than 3x
-    decode_vs_depth.png  every cell's decode ms/token with its own (within-server) 95 % interval
+                         the +-min-effect margin; log scale when a panel spans more than 3x. A run at
+                         several concurrencies (the grid): a line per c in each panel, filled where
+                         decided, so how the ratio moves with batch and depth shows at a glance
+    decode_vs_depth.png  every cell's decode ms/token with its own (within-server) 95 % interval (a
+                         panel per concurrency in a grid run)
     history.png          a panel per series, arm and depth; x: the runs in the chosen order, each
                          labelled with its vLLM version and its place in time; change points marked
                          in their own panel with their verdict
@@ -27,6 +30,10 @@ FILES = (DECODE, RATIO)
 SPAN_FOR_LOG = 3.0  # a panel whose values span more than this factor gets a log axis
 
 
+def _c(row: dict[str, Any]) -> int:
+    return int(row.get("concurrency") or 1)
+
+
 def _pooled(s: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in s["comparisons"] if c["scope"] == "pooled" and c.get("ratio") is not None]
 
@@ -45,6 +52,8 @@ def depth_label(d: int) -> str:
 
 
 def ratio_caption(s: dict[str, Any]) -> str:
+    if len({_c(c) for c in _pooled(s)}) > 1:
+        return grid_caption(s)
     kinds = {c.get("ci_kind") for c in _pooled(s)}
     what = (
         "95 % intervals between servers (the variance model)"
@@ -56,6 +65,16 @@ def ratio_caption(s: dict[str, Any]) -> str:
     return (
         f"A panel per arm pair, each on its own scale: the ratio per depth with {what}, coloured by its "
         f"verdict; grey x: per pass; shaded: the ±{s['run']['min_effect_pct']:g} % equivalence margin."
+    )
+
+
+def grid_caption(s: dict[str, Any]) -> str:
+    cs = sorted({_c(c) for c in _pooled(s)})
+    return (
+        "A panel per arm pair, each on its own scale: the ratio per depth with its 95 % interval, one line "
+        f"per concurrency c (c = {', '.join(map(str, cs))} requests decoding together), a filled marker where "
+        "the point was decided (slower, faster, equivalent), hollow where not (its verdict is in the tables); "
+        f"shaded: the ±{s['run']['min_effect_pct']:g} % equivalence margin."
     )
 
 
@@ -117,8 +136,59 @@ def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
     if DECODE in drawn(s):
         out.append(_decode(s, root / DECODE))
     if RATIO in drawn(s):
-        out.append(_ratio(s, root / RATIO))
+        grid = len({_c(c) for c in _pooled(s)}) > 1
+        out.append((_ratio_grid if grid else _ratio)(s, root / RATIO))
     return out
+
+
+def _ratio_grid(s: dict[str, Any], path: Path) -> Path:
+    """The grid: a panel per arm pair, a line per concurrency over the depths."""
+    f = s["run"]
+    pooled = _pooled(s)
+    pairs = list(dict.fromkeys(c["arm"] for c in pooled))
+    cs = sorted({_c(c) for c in pooled})
+    ncol = min(3, len(pairs))
+    nrow = math.ceil(len(pairs) / ncol)
+    fig, axes = tables.new_panels(max(7.5, 4.8 * ncol), 3.8 * nrow + 1.1, nrow, ncol)
+    margin = 1 + f["min_effect_pct"] / 100
+    shift = {c: 2 ** (0.25 * ((i + 0.5) / len(cs) - 0.5)) for i, c in enumerate(cs)}  # x is log2
+    for ax, arm in zip(axes, pairs):
+        ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
+        ax.axhline(1.0, color="black", lw=0.7, zorder=1)
+        ys = [1 / margin, margin]
+        for i, c in enumerate(cs):
+            rows = sorted((r for r in pooled if r["arm"] == arm and _c(r) == c), key=lambda r: r["depth"])
+            xs = [r["depth"] * shift[c] for r in rows]
+            ax.plot(xs, [r["ratio"] for r in rows], color=f"C{i}", lw=1.2, label=f"c = {c}", zorder=2)
+            for x, r in zip(xs, rows):
+                w = outcomes.latency(r["decision"])
+                lo, hi = r.get("ratio_ci_lo"), r.get("ratio_ci_hi")
+                ax.errorbar(
+                    [x],
+                    [r["ratio"]],
+                    yerr=_yerr(r["ratio"], lo, hi),
+                    fmt="o",
+                    color=f"C{i}",
+                    mfc=f"C{i}" if w and w.decided else "white",
+                    capsize=3,
+                    ms=5,
+                    zorder=3,
+                )
+                ys += [r["ratio"]] + [v for v in (lo, hi) if v is not None]
+        depth_axis(ax, sorted({r["depth"] for r in pooled if r["arm"] == arm}))
+        _y_range(ax, ys, "decode ratio arm / reference", headroom=0.08)
+        ax.set_title(f"{arm} / {f['reference_arm']}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, title="requests decoding together", title_fontsize=7)
+    for ax in axes[len(pairs) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"Arm / reference decode time per step, by depth and concurrency (> 1: the arm is slower); "
+        f"shaded: ±{f['min_effect_pct']:g} %; filled: decided",
+        fontsize=9.5,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return tables.save_figure(fig, path, layout=False)
 
 
 def _ratio(s: dict[str, Any], path: Path) -> Path:
@@ -205,8 +275,23 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
     f = s["run"]
     cells = _measured(s)
     arms = [a for a in f["arms"] if any(c["arm"] == a for c in cells)]
+    cs = sorted({_c(c) for c in cells})
+    if len(cs) == 1:
+        fig, (ax,) = tables.new_panels(7.2, 4.6)
+        _decode_panel(ax, f, cells, arms, "Decode ms/token per cell")
+        return tables.save_figure(fig, path)
+    fig, axes = tables.new_panels(
+        5.2 * min(3, len(cs)), 4.4 * math.ceil(len(cs) / 3), math.ceil(len(cs) / 3), min(3, len(cs))
+    )
+    for ax, c in zip(axes, cs):
+        _decode_panel(ax, f, [x for x in cells if _c(x) == c], arms, f"c = {c}: ms per decode step")
+    for ax in axes[len(cs) :]:
+        ax.set_visible(False)
+    return tables.save_figure(fig, path)
+
+
+def _decode_panel(ax: Any, f: dict[str, Any], cells: list[dict[str, Any]], arms: list[str], what: str) -> None:
     passes = sorted({c["pass"] for c in cells})
-    fig, (ax,) = tables.new_panels(7.2, 4.6)
     colours = {a: f"C{i}" for i, a in enumerate(arms)}
     # spread the cells of one depth apart: arm by arm, pass by pass (x is log2: a factor is a shift)
     slots = [(a, p) for a in arms for p in passes]
@@ -239,7 +324,7 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
     _y_range(ax, ys, "decode ms per token")
     y = "Y" if f.get("estimator") == "prefill-corrected" else "T"  # the estimator that decided
     ax.set_title(
-        f"Decode ms/token per cell, ({y}{f['long_tokens']} - {y}{f['short_tokens']}) / "
+        f"{what}, ({y}{f['long_tokens']} - {y}{f['short_tokens']}) / "
         f"{f['long_tokens'] - f['short_tokens']} ({f.get('estimator') or 'client'}): bars within-server 95 %",
         fontsize=9,
     )
@@ -249,7 +334,6 @@ def _decode(s: dict[str, Any], path: Path) -> Path:
         title=("lines: one server's depths" if _server_lines(cells) else "one server per cell"),
         title_fontsize=7,
     )
-    return tables.save_figure(fig, path)
 
 
 # -- history --------------------------------------------------------------------------------------------

@@ -33,8 +33,10 @@ from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
+from e2e.stats.point import Point
 
-SERIES_KEYS = [k for k in CHECKED_METADATA if k != "depths"]  # a run may add or drop a depth
+# a run may add or drop a depth or a concurrency: a series is one arm at one point
+SERIES_KEYS = [k for k in CHECKED_METADATA if k not in ("depths", "concurrency")]
 
 MEANING = {
     exits.OK: "done: no slower step, and every stretch between steps held within the min effect",
@@ -62,7 +64,7 @@ POINTS = Table(
     (
         col("order", "#", "{}", CONSOLE),
         col("arm", "arm", None, CONSOLE),
-        col("depth", "depth", "{}", CONSOLE),
+        Col("depth", lambda r: str(Point.of(r)), views=CONSOLE),
         col("estimate_ms", "ms/tok", views=CONSOLE),
         Col("95 % CI", lambda r: interval(r.get("ci_lo_ms"), r.get("ci_hi_ms")), views=CONSOLE),
         Col(
@@ -93,7 +95,7 @@ SERIES = Table(
     (
         col("series", "series", "{}", CONSOLE),
         col("arm", "arm", None, CONSOLE),
-        col("depth", "depth", "{}", CONSOLE),
+        Col("depth", lambda r: str(Point.of(r)), views=CONSOLE),
         Col("answer", _answer, views=CONSOLE, colour=_colour),
         Col("at", lambda r: f"{r['after']} | {r['first']}" if r.get("first") is not None else "-", views=CONSOLE),
         col("ratio", "ratio", "{:.3f}", CONSOLE),
@@ -203,20 +205,20 @@ def history(runs: list[RunAnalysis]) -> History:
             }
         )
         for arm in r.arms:
-            for d in r.depths:
+            for d in r.points:
                 rows.append(
                     {
                         **table[-1],
                         "arm": arm,
-                        "depth": d,
+                        **d.fields(),
                         "estimator": r.estimator,
                         **one_arm.arm_estimate(r.fit, arm, d, r._cells_of(arm, d)),
                     }
                 )
     todo = []
     for s, members in enumerate(series.values()):
-        arms_depths = sorted({(row["arm"], row["depth"]) for row in rows if row["order"] in members})
-        for arm, d in arms_depths:
+        arms_points = sorted({(row["arm"], Point.of(row)) for row in rows if row["order"] in members})
+        for arm, d in arms_points:
             idx = [i for i in members if runs[i]._cells_of(arm, d)]
             if len(idx) >= 2:
                 todo.append((s, arm, d, idx))
@@ -231,7 +233,7 @@ def history(runs: list[RunAnalysis]) -> History:
             n_series=len(todo),
         )
         at = {runs[i].root.name: i for i in idx}
-        here = {"series": s, "arm": arm, "depth": d, "n_series": len(todo)}
+        here = {"series": s, "arm": arm, **d.fields(), "n_series": len(todo)}
         steps += [
             {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()} for cp in res.steps
         ]
@@ -309,8 +311,8 @@ def say_history(console: Console, h: History, title: str) -> None:
     )
     at = {r["run"]: r["order"] for r in h.runs}
     for a in answers:
-        where = f"{a['arm']} at {a['depth']} (series {a['series']})"
-        steps = [x for x in h.steps if (x["series"], x["arm"], x["depth"]) == (a["series"], a["arm"], a["depth"])]
+        where = f"{a['arm']} at {Point.of(a)} (series {a['series']})"
+        steps = [x for x in h.steps if (x["series"], x["arm"], Point.of(x)) == (a["series"], a["arm"], Point.of(a))]
         for x in steps:
             say(
                 console,

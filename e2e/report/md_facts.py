@@ -104,10 +104,11 @@ def _latency_facts(s: dict[str, Any]) -> list[list[str]]:
         batch = [
             [
                 "batch",
-                f"**{f['concurrency']} requests decoding together** in every round ({f['route']} route: the "
+                f"**c = {', '.join(map(str, f['concurrency']))} requests decoding together** ({f['route']} route "
+                "at every point: the "
                 "server caches prefixes, each cell's prompts are prefilled once and reused, and a round counts "
                 "only if its engine steps, prefix-cache hits and preemptions show the requests decoded together; "
-                "each estimate is one decode step at this batch)",
+                "each estimate is one decode step at its point's batch)",
             ]
         ]
     return batch + [

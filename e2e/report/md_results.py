@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.report import figures
+from e2e.report import figures, md_load
 from e2e.report import summary as sm
 from e2e.report.md_facts import executor_line
 from e2e.report.tables import num, render_markdown
@@ -23,9 +23,11 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         f"{outcomes.rule_text()} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
         f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
         "",
-        render_markdown(sm.COMPARISONS, pooled, target=num(target, "{:g}")),
-        "",
     ]
+    cs = md_load.concurrencies(s)
+    for c in cs:  # a table per concurrency in a grid run; one table otherwise
+        title = [f"### c = {c} ({c} request{'s' if c > 1 else ''} decoding together)", ""] if len(cs) > 1 else []
+        md += title + [render_markdown(sm.COMPARISONS, md_load.per_c(pooled, c), target=num(target, "{:g}")), ""]
     mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
     hws = [
         c["ci_half_width_pct"]

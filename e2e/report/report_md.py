@@ -1,7 +1,7 @@
 """report.md: a run's summary (e2e/report/summary.py) as markdown, section by section, from the summary
 alone (so report.md can be re-rendered from summary.json). Every number comes from the summary;
 nothing here computes a statistic. The sections live by subject: the head and facts
-(e2e/report/md_facts.py), the results (md_results.py), the machine (md_machine.py), the gsm8k sign-off
+(e2e/report/md_facts.py), the results (md_results.py, md_load.py for a run above batch 1), the machine (md_machine.py), the gsm8k sign-off
 (md_gsm8k.py, which renders gsm8k.md too); each table from its declaration in e2e/report/summary.py."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from e2e.report.md_facts import facts, head, latency, no_cells
 from e2e.report.md_gsm8k import gsm8k
 from e2e.report.md_gsm8k import gsm8k_markdown as gsm8k_markdown  # gsm8k.md's, where the sign-off runs
+from e2e.report.md_load import load
 from e2e.report.md_machine import floor, gpu_state, routing, starts
 from e2e.report.md_results import agreement, cells, slots, verdicts
 
@@ -38,6 +39,7 @@ SECTIONS: list[Section] = [
     head,
     facts,
     verdicts,
+    load,
     cells,
     agreement,
     slots,

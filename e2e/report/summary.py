@@ -27,6 +27,7 @@ from e2e.report.tables import BOTH, CONSOLE, MD, Col, Table, col, interval, num,
 from e2e.rundir import identity, routing
 from e2e.rundir.formats import VERSIONS
 from e2e.stats import estimate, outcomes
+from e2e.stats.point import Point
 
 SCHEMA_VERSION = VERSIONS["summary"]
 
@@ -57,6 +58,13 @@ def _servers_needed(r: dict[str, Any]) -> str:
 
 
 # -- the run's tables ------------------------------------------------------------------------------
+def point_col(views: frozenset[str] = frozenset({"md"})) -> Col:
+    """A row's design point as tables show it: the depth, and `(c=4)` above batch 1 (e2e/stats/point.py)."""
+    return Col("depth", lambda r: str(Point.of(r)), ("depth",), views)
+
+
+CONCURRENCY = col("concurrency", None, None, optional=True)  # in the CSVs of runs above batch 1 only
+
 CELLS = Table(
     "cells",
     (
@@ -64,6 +72,7 @@ CELLS = Table(
         col("pass", None, None),
         col("arm", None, None),
         col("depth", None, None),
+        CONCURRENCY,
         col("server", None, None),
         col("status", "status", None, BOTH),
         col("estimator", None, None),
@@ -103,7 +112,8 @@ COMPARISONS = Table(
     "comparisons",
     (
         Col("arm / ref", lambda r: f"{r['arm']} / {r['reference']}", ("arm", "reference"), BOTH | PASS),
-        col("depth", "depth", "{}", BOTH | PASS),
+        point_col(BOTH | PASS),
+        CONCURRENCY,
         col("scope", None, None),
         col("pass", "pass", "{}", PASS),
         Col("servers", lambda r: f"{r['n_arm']} + {r['n_ref']}", ("n_arm", "n_ref")),
@@ -142,11 +152,46 @@ COMPARISONS = Table(
     ),
 )
 
+# Decode under load (e2e/analysis/load.py): a table per concurrency in report.md
+LOAD = Table(
+    "load",
+    (
+        col("arm", "arm", None),
+        col("depth", "depth", "{}"),
+        col("concurrency", None, None),
+        col("step_ms", "ms / step"),
+        Col(
+            "95 % CI",
+            lambda r: interval(r.get("step_ci_lo_ms"), r.get("step_ci_hi_ms")),
+            ("step_ci_lo_ms", "step_ci_hi_ms"),
+        ),
+        col("tokens_per_s", "tokens/s (c / step)", "{:.0f}"),
+        Col(
+            "95 % CI ",
+            lambda r: interval(r.get("tokens_per_s_ci_lo"), r.get("tokens_per_s_ci_hi"), "{:.0f}"),
+            ("tokens_per_s_ci_lo", "tokens_per_s_ci_hi"),
+        ),
+        col("n_cells", "servers", "{}"),
+        Col(
+            "server prefill ms (median, 95 % CI)",
+            lambda r: f"{num(r.get('prefill_ms_median'))} ({interval(r.get('prefill_ms_lo'), r.get('prefill_ms_hi'))})",
+            ("prefill_ms_median", "prefill_ms_lo", "prefill_ms_hi"),
+        ),
+        Col(
+            "server TTFT ms (median, 95 % CI)",
+            lambda r: f"{num(r.get('ttft_ms_median'))} ({interval(r.get('ttft_ms_lo'), r.get('ttft_ms_hi'))})",
+            ("ttft_ms_median", "ttft_ms_lo", "ttft_ms_hi"),
+        ),
+        col("n_rounds", "rounds", "{}"),
+    ),
+)
+
 AGREEMENT = Table(
     "pass_agreement",
     (
         col("arm", "arm", None),
-        col("depth", "depth", "{}"),
+        point_col(),
+        CONCURRENCY,
         col("max_rel_diff_pct", "largest difference %", "{:.1f}"),
         Col("beyond the intervals", lambda r: "**yes**" if r["flagged"] else "no", ("flagged",)),
     ),
@@ -233,7 +278,8 @@ COMPARE = Table(
     "compare",
     (
         col("arm", "arm", None, CONSOLE),
-        col("depth", "depth", "{}", CONSOLE),
+        point_col(CONSOLE),
+        CONCURRENCY,
         Col("A ms/tok", lambda r: num(r["a"]["estimate_ms"]), views=CONSOLE),
         Col("B ms/tok", lambda r: num(r["b"]["estimate_ms"]), views=CONSOLE),
         col("ratio", "B/A", "{:.3f}", CONSOLE),
@@ -255,7 +301,8 @@ HISTORY = Table(
         col("finished", "finished", "{}", CONSOLE),  # False: the run stopped short (compare.unfinished)
         col("series", None, None),
         col("arm", "arm", None, CONSOLE),
-        col("depth", "depth", "{}", CONSOLE),
+        point_col(CONSOLE),
+        CONCURRENCY,
         col("estimate_ms", "ms/tok", views=CONSOLE),
         Col("95 % CI", lambda r: interval(r.get("ci_lo_ms"), r.get("ci_hi_ms")), ("ci_lo_ms", "ci_hi_ms"), CONSOLE),
         col("n_cells", "servers", "{}", CONSOLE),
@@ -271,7 +318,7 @@ def run_facts(a: Any) -> dict[str, Any]:
     model = m.get("model") or {}
     wl = cfg.get("workload") or {}
     server = cfg.get("server") or {}
-    c = (wl.get("concurrency") or [1])[0]  # absent before batch sizes above 1
+    cs = sorted({p.concurrency for p in a.points})
     overrides = None
     if server.get("allow_harness_flag_overrides"):
         overrides = list(m.get("harness_flag_overrides") or [])
@@ -295,7 +342,7 @@ def run_facts(a: Any) -> dict[str, Any]:
         "server_mode": m.get("server_mode"),
         "order": (cfg.get("run") or {}).get("order"),
         "passes": a.passes,
-        "depths": a.depths,
+        "depths": sorted({p.depth for p in a.points}),
         "arms": a.arms,
         "reference_arm": a.reference,
         "long_tokens": a.n_long,
@@ -314,7 +361,7 @@ def run_facts(a: Any) -> dict[str, Any]:
         "code": identity.describe(m),
         "harness_flag_overrides": overrides,
         # only above batch 1, so batch-1 summaries stay what they were
-        **({"concurrency": c, "route": "primed"} if c > 1 else {}),
+        **({"concurrency": cs, "route": "primed"} if max(cs, default=1) > 1 else {}),
     }
 
 
@@ -325,7 +372,7 @@ def cells(a: Any) -> list[dict[str, Any]]:
     fields = CELLS.row_fields()
     for row in a.cell_table():
         raw = a.cell_rows.get(row["cell_id"]) or {}
-        key = (row["arm"], row["depth"], row["pass"])
+        key = (row["arm"], Point.of(row), row["pass"])
         out.append(
             {**row, **{k: raw.get(k) for k in fields}, "server": a.server_of.get(key) if key in a.cells else None}
         )
@@ -370,6 +417,8 @@ def build(a: Any, gsm8k: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         "variance_model": a.fit.to_dict() if a.fit else None,
         "gpu_state": gpu_section(a),
         "gsm8k": gsm8k or [],
+        # only for runs above batch 1, so batch-1 summaries stay what they were
+        **({"load": load} if (load := a.load()) is not None else {}),
         "warnings": a.warnings + [w for w in report_gpu.warnings(a.cell_rows.values()) if w not in a.warnings],
     }
 

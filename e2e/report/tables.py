@@ -54,6 +54,9 @@ class Col:
     views: frozenset[str] = frozenset({"md"})
     colour: Callable[[Row], str | None] | None = None  # console colour of the cell (a verdict's)
     from_row: bool = False  # copied as is from the source row (e2e/report/summary.py)
+    # a CSV column written only when some row carries the field (a run's concurrency: batch-1 runs,
+    # whose rows have none, keep the CSV they always had)
+    optional: bool = False
 
 
 def col(key: str, head: str | None, fmt: str | None = "{:.2f}", views: Iterable[str] = ("md",), **kw: Any) -> Col:
@@ -109,7 +112,10 @@ def render_console(t: Table, rows: Iterable[Row], title: str | None = None, view
 
 
 def write_table_csv(path: Path, t: Table, rows: Iterable[Row], version: int) -> Path:
-    return write_csv(path, rows, t.csv_fields(), version)
+    rows = list(rows)
+    optional = {k for c in t.cols if c.optional for k in c.csv}
+    fields = [k for k in t.csv_fields() if k not in optional or any(k in r for r in rows)]
+    return write_csv(path, rows, fields, version)
 
 
 def markdown(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -194,8 +194,8 @@ class Runner:
                 startup_s = 0.0  # later cells on a shared server paid no start
         finally:
             client.close()
-            if ctx.get("batch") is not None:
-                ctx.pop("batch").close()
+            for batch in ctx.pop("batch", {}).values():
+                batch.close()
 
     def _gave_up(self, cell: Cell, arm: ArmCfg, ctx: dict[str, Any], g: GaveUp) -> dict[str, Any]:
         """A cell whose every server failed: its failed row (the plugin's own words on why, when it
@@ -224,6 +224,7 @@ class Runner:
         watch = ctx["watch"]
         if cell.concurrency > 1:
             base["concurrency"] = cell.concurrency
+        if self.cfg.workload.route == "primed":
             skip = self._batch(cell, server, ctx).capacity_problem(cell.depth, wl.long_tokens)
             if skip:
                 self.progress.note(f"{cell.cell_id}: {skip}")
@@ -340,19 +341,20 @@ class Runner:
         return out
 
     def _batch(self, cell: Cell, server: VllmServer, ctx: dict[str, Any]) -> BatchClient:
-        """The server's c connections for rounds at concurrency c (made once per server)."""
-        if ctx.get("batch") is None:
-            ctx["batch"] = BatchClient(
+        """The server's c connections for rounds at the cell's concurrency c (made once per server and c)."""
+        clients: dict[int, BatchClient] = ctx.setdefault("batch", {})
+        if cell.concurrency not in clients:
+            clients[cell.concurrency] = BatchClient(
                 server.base_url, server.api_key, self.cfg.server.request_timeout_s, cell.concurrency
             )
-        batch: BatchClient = ctx["batch"]
-        return batch
+        return clients[cell.concurrency]
 
     def _rounds(self, cell: Cell, client: CellClient, ctx: dict[str, Any], wl: WorkloadCfg, **kw: Any) -> CellResult:
-        """A cell's rounds: one request at a time at c = 1 (measure.py), c together above (batch.py)."""
-        if cell.concurrency == 1:
+        """A cell's rounds: one request at a time over fresh prompts (measure.py) when the run's route
+        is "fresh" (every c is 1); c together over primed prompts (batch.py) at every point otherwise."""
+        if self.cfg.workload.route == "fresh":
             return measure_cell(client, cell.depth, wl, self.sampler, **kw)
-        return measure_batch_cell(ctx["batch"], cell.depth, wl, self.sampler, **kw)
+        return measure_batch_cell(ctx["batch"][cell.concurrency], cell.depth, wl, self.sampler, **kw)
 
     def _record_failed(
         self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]

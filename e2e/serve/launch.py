@@ -165,8 +165,8 @@ def server_spec(cfg: Config, arm: ArmCfg, record_dir: Path | None, run_root: Pat
         extra_args=tuple(s.extra_args) + tuple(arm.args),
         env=env,
         prefix_caching=cfg.workload.route == "primed",
-        # at least c running requests; a --max-num-seqs of the config's own wins (it is >= c: config check)
-        max_num_seqs=cfg.workload.batch if cfg.workload.batch > 1 and not max_num_seqs_args(cfg) else None,
+        # at least the largest c running; a --max-num-seqs of the config's own wins (it is >= c: config check)
+        max_num_seqs=c if (c := cfg.workload.max_concurrency) > 1 and not max_num_seqs_args(cfg) else None,
     )
 
 

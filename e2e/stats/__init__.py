@@ -11,6 +11,7 @@ __all__ = [
     "one_arm",
     "outcomes",
     "planning",
+    "point",
     "signoff",
     "variance_model",
     "verdicts",

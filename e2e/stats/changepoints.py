@@ -45,6 +45,7 @@ from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, CellStats, Noise
+from e2e.stats.point import Point
 from e2e.stats.verdicts import (
     EQUIVALENT,
     FASTER,
@@ -59,6 +60,7 @@ from e2e.stats.verdicts import (
 
 Run = Sequence["CellStats | float"]
 BEFORE, AFTER = "before", "after"
+ONE = Point(1)  # a series is one arm at one point: the fit needs a point, any one
 TESTED = 3  # splits of a segment the model tests from each of the scan's two rankings
 SIDE_CELLS = 48  # a test reads the runs nearest its split until a side holds this many cells
 
@@ -206,18 +208,18 @@ class _Series:
         return self.tests[(a, s, b)]
 
     def _test(self, lo: int, s: int, hi: int) -> tuple[Comparison, str]:
-        cells: list[tuple[str, int, str, CellStats]] = []
+        cells: list[tuple[str, Point, str, CellStats]] = []
         runs: list[str] = []
         before: list[CellStats] = []
         after: list[CellStats] = []
         for i in range(lo, hi):
             side = BEFORE if i < s else AFTER
             for j, c in enumerate(self.runs[i]):
-                cells.append((side, 1, f"r{i}s{j}", c))
+                cells.append((side, ONE, f"r{i}s{j}", c))
                 runs.append(f"r{i}")
                 (before if i < s else after).append(c)
         f = vm.fit(cells, factors=("run",), runs=runs)
-        cmp = model_comparison(f, AFTER, BEFORE, 1, before, after, self.alpha, self.min_effect, self.level)
+        cmp = model_comparison(f, AFTER, BEFORE, ONE, before, after, self.alpha, self.min_effect, self.level)
         if f is None or "run" in f.design.kept:
             how = "estimated" if f is not None else "no fit"
         elif "run" in f.design.unestimable:

@@ -22,7 +22,20 @@ import numpy as np
 from e2e.stats import changepoints, planning, signoff
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, ROUNDS, SEED, Regime, Sim, family, ni_rates, true_components
+from e2e.stats.point import Point
+from e2e.stats.simulation import (
+    ALPHA,
+    DEPTHS,
+    POINTS,
+    REGIMES,
+    ROUNDS,
+    SEED,
+    Regime,
+    Sim,
+    family,
+    ni_rates,
+    true_components,
+)
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -153,8 +166,8 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
     for name, k in (("h200", 3), ("cpu", 4)):
         rg = REGIMES[name]
         comp = true_components(rg, ["ref", "arm"])
-        cells = planning.hypothetical_cells(["ref", "arm"], DEPTHS, k, {dd: ROUNDS for dd in DEPTHS}, True)
-        se, df = planning.predict(comp, cells, "ref", [("arm", DEPTHS[-1])])[("arm", DEPTHS[-1])]
+        cells = planning.hypothetical_cells(["ref", "arm"], POINTS, k, {p: ROUNDS for p in POINTS}, True)
+        se, df = planning.predict(comp, cells, "ref", [("arm", POINTS[-1])])[("arm", POINTS[-1])]
         mde = planning.mde_pct(se, df, v.family_step(3, ALPHA), rg.min_effect)
         assert mde is not None  # the true variance is positive and the designs resolve a few %
         d = f"true change at 32K = the MDE of the true variance ({mde:.2f} %), {name}, {k} servers per arm"
@@ -224,8 +237,8 @@ def equivalence_figures(sim: Sim, n: int) -> list[Figure]:
 # -- the adaptive stop ----------------------------------------------------------------------------
 COSTS = planning.Costs(
     {"ref": 90.0, "arm": 90.0},
-    {(a, d): w for a in ("ref", "arm") for d, w in zip(DEPTHS, (2.0, 4.0, 13.0))},
-    {(a, d): r for a in ("ref", "arm") for d, r in zip(DEPTHS, (1.0, 2.1, 6.3))},
+    {(a, p): w for a in ("ref", "arm") for p, w in zip(POINTS, (2.0, 4.0, 13.0))},
+    {(a, p): r for a in ("ref", "arm") for p, r in zip(POINTS, (1.0, 2.1, 6.3))},
 )
 
 
@@ -240,21 +253,25 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
         cover, met, extra = [], [], []
         for _ in range(n):
             pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
-            f = vm.fit(pilot)
+            f = vm.fit([(a, Point(d), s, c) for a, d, s, c in pilot])
             assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
             existing = list(f.design.cells)
             alloc = planning.allocate(
                 planning.Components.of(f),
                 existing,
                 ["ref", "arm"],
-                list(DEPTHS),
+                list(POINTS),
                 True,
                 COSTS,
                 target,
                 max_extra_passes=6,
             )
             more = [
-                x for arm in ("ref", "arm") for x in sim.servers(rg, arm, alloc.extra_passes, {}, alloc.rounds, tag="x")
+                x
+                for arm in ("ref", "arm")
+                for x in sim.servers(
+                    rg, arm, alloc.extra_passes, {}, {p.depth: r for p, r in alloc.rounds.items()}, tag="x"
+                )
             ]
             fam = family(pilot + more, "ref", rg.min_effect)
             cover += [_covers_one(c) for *_, c in fam]

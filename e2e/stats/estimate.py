@@ -100,3 +100,17 @@ def cell_estimate(rows: list[dict[str, Any]], n_long: int, n_short: int) -> dict
         "server_itl_ms": (median(dl) / (n_long - 1) * 1e3) if dl else None,
         "client_overhead_ms_median": (median(overhead) * 1e3) if overhead else None,
     }
+
+
+def median_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """The median and its distribution-free interval (order statistics: the number of values below
+    the true median is Binomial(n, 1/2)), or None with fewer than 2 values. With few values the
+    interval is the widest the data allow (the sample's extremes), never narrower than they justify."""
+    from scipy.stats import binom
+
+    xs = sorted(v for v in values if v is not None)
+    n = len(xs)
+    if n < 2:
+        return None
+    k = max(int(binom.ppf((1 - level) / 2, n, 0.5)) - 1, 0)  # 0-based: P(X <= k) <= (1 - level) / 2
+    return float(median(xs)), xs[k], xs[n - 1 - k]

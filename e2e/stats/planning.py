@@ -12,12 +12,12 @@ a textbook test:
 * mde_pct: the smallest change called with 80 % power. It is always above min_effect (a true
   change equal to min_effect is called at most half the time).
 * predict(): the variance and df of each comparison for a design not yet run (k servers per arm,
-  R rounds per depth), from a fitted model's components (e2e.stats.variance_model): the same algebra as
+  R rounds per point), from a fitted model's components (e2e.stats.variance_model): the same algebra as
   the verdict's own. servers_needed: the fewest servers per arm whose predicted MDE is at most a
   target; it never contradicts the MDE beside it (both come from one function).
-* allocate(): for the adaptive mode, the extra passes and rounds per depth that bring every
+* allocate(): for the adaptive mode, the extra passes and rounds per point that bring every
   comparison's predicted 95 % half-width within the target at the least GPU time, from the
-  measured cost of a server start and of a round at each depth.
+  measured cost of a server start and of a round at each point.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from scipy import stats as st
 
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import median_variance_factor
+from e2e.stats.point import Point
 
 POWER = 0.80
 MAX_PLAN_SERVERS = 64  # servers_needed above this: None ("more than 64")
@@ -89,12 +90,12 @@ def half_width_pct(se: float, df: float, level: float = LEVEL) -> float:
 @dataclass(frozen=True)
 class Components:
     """What planning needs of a fitted model: the variance components and the pooled noise per
-    (arm, depth) and length (relative per-value variance q, its degrees of freedom nu)."""
+    (arm, point) and length (relative per-value variance q, its degrees of freedom nu)."""
 
     sigma2_server: float
     tau2: float
-    q: dict[tuple[str, int], tuple[float, float]]
-    nu: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    q: dict[tuple[str, Point], tuple[float, float]]
+    nu: dict[tuple[str, Point], tuple[float, float]] = field(default_factory=dict)
     source: str = "fit"
 
     @classmethod
@@ -106,45 +107,45 @@ class Components:
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> Components:
         """From a variance_model Fit.to_dict() (a report's summary.json)."""
-        q = {(g["arm"], int(g["depth"])): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
-        nu = {(g["arm"], int(g["depth"])): (g["df_long"], g["df_short"]) for g in d["groups"]}
+        q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
+        nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
         return cls(d["sd_server"] ** 2, d["sd_cell_excess"] ** 2, q, nu, source)
 
-    def for_groups(self, groups: Iterable[tuple[str, int]]) -> Components:
-        """The same components for other arm names at the same depths (a prior from another run):
-        each group takes its own noise, else the noisiest arm's at its depth."""
+    def for_groups(self, groups: Iterable[tuple[str, Point]]) -> Components:
+        """The same components for other arm names at the same points (a prior from another run):
+        each group takes its own noise, else the noisiest arm's at its point."""
         q = dict(self.q)
-        for arm, depth in groups:
-            if (arm, depth) not in q:
-                same = [v for (a, d), v in self.q.items() if d == depth]
+        for arm, point in groups:
+            if (arm, point) not in q:
+                same = [v for (a, pt), v in self.q.items() if pt == point]
                 if not same:
-                    raise ValueError(f"no noise level for depth {depth} in {self.source}")
-                q[(arm, depth)] = max(same, key=sum)
+                    raise ValueError(f"no noise level for point {point} in {self.source}")
+                q[(arm, point)] = max(same, key=sum)
         return Components(self.sigma2_server, self.tau2, q, self.nu, self.source)
 
 
 def hypothetical_cells(
     arms: Sequence[str],
-    depths: Sequence[int],
+    points: Sequence[Point],
     servers_per_arm: int,
-    rounds: dict[int, int],
+    rounds: dict[Point, int],
     shared_servers: bool,
     tag: str = "new",
 ) -> list[vm.Cell]:
-    """k servers per arm; per-arm-pass (shared_servers): each serves every depth; fresh: one per cell."""
+    """k servers per arm; per-arm-pass (shared_servers): each serves every point; fresh: one per cell."""
     out = []
     for a in arms:
         for s in range(servers_per_arm):
-            for d in depths:
+            for d in points:
                 server = f"{tag}:{a}:{s}" + ("" if shared_servers else f":{d}")
                 out.append(vm.Cell(a, d, server, rounds[d], rounds[d]))
     return out
 
 
 def predict(
-    comp: Components, cells: Sequence[vm.Cell], ref: str, comparisons: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], tuple[float, float]]:
-    """(se, df) of each (arm, depth) vs ref in a design of these cells, at the components given.
+    comp: Components, cells: Sequence[vm.Cell], ref: str, comparisons: Sequence[tuple[str, Point]]
+) -> dict[tuple[str, Point], tuple[float, float]]:
+    """(se, df) of each (arm, point) vs ref in a design of these cells, at the components given.
     The pooled noise's df are those the design's own cells would give."""
     d = vm.Design(list(cells))
     G = len(d.groups)
@@ -152,57 +153,57 @@ def predict(
     for j, g in enumerate(d.groups):
         q[j] = comp.q[g]
     for cell in d.cells:
-        j = d.groups.index((cell.arm, cell.depth))
+        j = d.groups.index((cell.arm, cell.point))
         nu[j, 0] += median_variance_factor(cell.n_long)[1]
         nu[j, 1] += median_variance_factor(cell.n_short)[1]
     inf = vm.Inference(
         d, vm.Noise(q, nu), (comp.sigma2_server, comp.tau2) if d.kept else (comp.sigma2_server + comp.tau2,)
     )
     out = {}
-    for arm, depth in comparisons:
-        a, r = d.group(arm, depth), d.group(ref, depth)
+    for arm, point in comparisons:
+        a, r = d.group(arm, point), d.group(ref, point)
         if a is None or r is None:
             continue
         c = np.zeros(G)
         c[a], c[r] = 1.0, -1.0
         var, df = inf.contrast(c)
-        out[(arm, depth)] = (math.sqrt(var), df)
+        out[(arm, point)] = (math.sqrt(var), df)
     return out
 
 
 def mde_for_design(
     comp: Components,
     arms: Sequence[str],
-    depths: Sequence[int],
+    points: Sequence[Point],
     k: int,
-    rounds: dict[int, int],
+    rounds: dict[Point, int],
     shared: bool,
     alpha_step: float,
     min_effect_pct: float,
-) -> dict[tuple[str, int], float | None]:
-    cells = hypothetical_cells(arms, depths, k, rounds, shared)
-    pred = predict(comp, cells, arms[0], [(a, d) for a in arms[1:] for d in depths])
+) -> dict[tuple[str, Point], float | None]:
+    cells = hypothetical_cells(arms, points, k, rounds, shared)
+    pred = predict(comp, cells, arms[0], [(a, d) for a in arms[1:] for d in points])
     return {key: mde_pct(se, df, alpha_step, min_effect_pct) for key, (se, df) in pred.items()}
 
 
 def servers_needed(
     comp: Components,
     arms: Sequence[str],
-    depths: Sequence[int],
-    rounds: dict[int, int],
+    points: Sequence[Point],
+    rounds: dict[Point, int],
     shared: bool,
     alpha_step: float,
     min_effect_pct: float,
     target_mde_pct: float,
-) -> dict[tuple[str, int], int | None]:
+) -> dict[tuple[str, Point], int | None]:
     """Per comparison: the fewest servers per arm (balanced, every arm) whose predicted MDE is at
     most target_mde_pct; None beyond MAX_PLAN_SERVERS. One design per k serves every comparison."""
-    keys = [(a, d) for a in arms[1:] for d in depths]
-    need: dict[tuple[str, int], int | None] = {k: None for k in keys}
+    keys = [(a, d) for a in arms[1:] for d in points]
+    need: dict[tuple[str, Point], int | None] = {k: None for k in keys}
     todo = set(keys)
     k = 2
     while todo and k <= MAX_PLAN_SERVERS:
-        mdes = mde_for_design(comp, arms, depths, k, rounds, shared, alpha_step, min_effect_pct)
+        mdes = mde_for_design(comp, arms, points, k, rounds, shared, alpha_step, min_effect_pct)
         for key in list(todo):
             m = mdes.get(key)
             if m is not None and m <= target_mde_pct:
@@ -212,7 +213,7 @@ def servers_needed(
     # the coarse steps above 8 may overshoot: walk back down while the smaller k still does it
     for key, n in need.items():
         while n is not None and n > 8:
-            m = mde_for_design(comp, arms, depths, n - 1, rounds, shared, alpha_step, min_effect_pct).get(key)
+            m = mde_for_design(comp, arms, points, n - 1, rounds, shared, alpha_step, min_effect_pct).get(key)
             if m is None or m > target_mde_pct:
                 break
             n -= 1
@@ -223,28 +224,28 @@ def servers_needed(
 # -- the adaptive allocation -------------------------------------------------------------------------
 @dataclass
 class Costs:
-    """Seconds of GPU time: a (warm) server start per arm, and per arm and depth the warm-up and
+    """Seconds of GPU time: a (warm) server start per arm, and per arm and point the warm-up and
     one round (one long and one short request)."""
 
     start_s: dict[str, float]
-    warmup_s: dict[tuple[str, int], float]
-    round_s: dict[tuple[str, int], float]
+    warmup_s: dict[tuple[str, Point], float]
+    round_s: dict[tuple[str, Point], float]
 
-    def of_pass(self, arms: Sequence[str], depths: Sequence[int], rounds: dict[int, int], shared: bool) -> float:
-        """One more pass: a server per arm (per cell in fresh mode), every depth at its rounds."""
+    def of_pass(self, arms: Sequence[str], points: Sequence[Point], rounds: dict[Point, int], shared: bool) -> float:
+        """One more pass: a server per arm (per cell in fresh mode), every point at its rounds."""
         total = 0.0
         for a in arms:
-            starts = 1 if shared else len(depths)
+            starts = 1 if shared else len(points)
             total += starts * self.start_s[a]
-            total += sum(self.warmup_s[(a, d)] + rounds[d] * self.round_s[(a, d)] for d in depths)
+            total += sum(self.warmup_s[(a, d)] + rounds[d] * self.round_s[(a, d)] for d in points)
         return total
 
 
 @dataclass
 class Allocation:
     extra_passes: int
-    rounds: dict[int, int]
-    predicted_half_width_pct: dict[str, float]  # "arm@depth" -> %
+    rounds: dict[Point, int]
+    predicted_half_width_pct: dict[str, float]  # "arm@point" -> %
     predicted_s: float
     met: bool
     considered: int
@@ -264,7 +265,7 @@ def allocate(
     comp: Components,
     existing: Sequence[vm.Cell],
     arms: Sequence[str],
-    depths: Sequence[int],
+    points: Sequence[Point],
     shared: bool,
     costs: Costs,
     target_ci_pct: float,
@@ -272,36 +273,36 @@ def allocate(
     level: float = LEVEL,
     max_cost_s: float | None = None,
 ) -> Allocation:
-    """The extra passes P (each a server per arm) and rounds R_d per depth for their cells that
+    """The extra passes P (each a server per arm) and rounds R_d per point for their cells that
     bring every comparison's predicted half-width within target_ci_pct at the least cost. For each
-    P, each depth takes the fewest rounds of ROUND_GRID that meet its own target (a bisection;
-    a depth's half-width falls with its rounds); the cheapest P wins, and a P whose server starts
+    P, each point takes the fewest rounds of ROUND_GRID that meet its own target (a bisection;
+    a point's half-width falls with its rounds); the cheapest P wins, and a P whose server starts
     alone cost more than the best found is not tried. Nothing meets it within max_extra_passes:
     the design at max_extra_passes with the most rounds, met False."""
-    keys = [(a, d) for a in arms[1:] for d in depths]
+    keys = [(a, d) for a in arms[1:] for d in points]
     considered = 0
 
-    def hw(P: int, rounds: dict[int, int]) -> dict[tuple[str, int], float]:
+    def hw(P: int, rounds: dict[Point, int]) -> dict[tuple[str, Point], float]:
         nonlocal considered
         considered += 1
-        cells = list(existing) + hypothetical_cells(arms, depths, P, rounds, shared, tag=f"plan{P}")
+        cells = list(existing) + hypothetical_cells(arms, points, P, rounds, shared, tag=f"plan{P}")
         return {k: half_width_pct(se, df, level) for k, (se, df) in predict(comp, cells, arms[0], keys).items()}
 
-    def meets(h: dict[tuple[str, int], float], d: int | None = None) -> bool:
+    def meets(h: dict[tuple[str, Point], float], d: Point | None = None) -> bool:
         return all(v <= target_ci_pct for k, v in h.items() if d is None or k[1] == d)
 
     best: Allocation | None = None
     for P in range(1, max_extra_passes + 1):
-        starts = P * sum(costs.start_s[a] * (1 if shared else len(depths)) for a in arms)
+        starts = P * sum(costs.start_s[a] * (1 if shared else len(points)) for a in arms)
         if best is not None and best.met and starts >= best.predicted_s:
             break
-        rounds = {d: ROUND_GRID[0] for d in depths}
-        for d in depths:
+        rounds = {d: ROUND_GRID[0] for d in points}
+        for d in points:
             lo, hi = 0, len(ROUND_GRID) - 1
             rounds[d] = ROUND_GRID[hi]
             if not meets(hw(P, rounds), d):
                 continue  # even the most rounds miss at this P: keep them
-            while lo < hi:  # the fewest rounds that meet depth d's target
+            while lo < hi:  # the fewest rounds that meet point d's target
                 mid = (lo + hi) // 2
                 rounds[d] = ROUND_GRID[mid]
                 if meets(hw(P, rounds), d):
@@ -309,10 +310,10 @@ def allocate(
                 else:
                     lo = mid + 1
             rounds[d] = ROUND_GRID[lo]
-        cost = P * costs.of_pass(arms, depths, rounds, shared)
+        cost = P * costs.of_pass(arms, points, rounds, shared)
         if max_cost_s is not None and cost > max_cost_s:
-            rounds = {d: ROUND_GRID[0] for d in depths}  # affordable, if anything is
-            cost = P * costs.of_pass(arms, depths, rounds, shared)
+            rounds = {d: ROUND_GRID[0] for d in points}  # affordable, if anything is
+            cost = P * costs.of_pass(arms, points, rounds, shared)
             if cost > max_cost_s:
                 break
         h = hw(P, rounds)
@@ -320,6 +321,6 @@ def allocate(
         if best is None or (cand.met and (not best.met or cost < best.predicted_s)) or (not cand.met and not best.met):
             best = cand
     if best is None:  # not even one pass fits the budget
-        best = Allocation(0, {d: ROUND_GRID[0] for d in depths}, {}, 0.0, False, 0)
+        best = Allocation(0, {d: ROUND_GRID[0] for d in points}, {}, 0.0, False, 0)
     best.considered = considered
     return best

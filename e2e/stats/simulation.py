@@ -28,9 +28,11 @@ from e2e.stats import cells as stats
 from e2e.stats import planning, signoff
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
+from e2e.stats.point import Point
 
 LONG, SHORT, ROUNDS = 64, 8, 6
 DEPTHS = (1024, 8192, 32768)
+POINTS = tuple(Point(d) for d in DEPTHS)  # as the variance model and planning key them (batch 1)
 TPT_MS = {1024: 10.9, 8192: 11.0, 32768: 11.4}  # the H200 twin's stock arm
 ALPHA = 0.05
 POOL = 200
@@ -148,7 +150,7 @@ def family(
     cells: Sequence[SimCell], ref: str, min_effect: float, alpha: float = ALPHA
 ) -> list[tuple[str, int, v.Comparison]]:
     """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm)."""
-    f = vm.fit(cells)
+    f = vm.fit([(a, Point(d), s, c) for a, d, s, c in cells])
     arms = list(dict.fromkeys(c[0] for c in cells))
     out = []
     for arm in arms:
@@ -157,7 +159,7 @@ def family(
         for d in DEPTHS:
             rc = [c[3] for c in cells if c[0] == ref and c[1] == d]
             ac = [c[3] for c in cells if c[0] == arm and c[1] == d]
-            out.append((arm, d, v.model_comparison(f, arm, ref, d, rc, ac, alpha, min_effect)))
+            out.append((arm, d, v.model_comparison(f, arm, ref, Point(d), rc, ac, alpha, min_effect)))
     v.decide_family([c for *_, c in out], alpha)
     return out
 
@@ -172,7 +174,7 @@ def true_components(
             e = (effects or {}).get(a, {}).get(d, 0.0)
             sd = rg.noise[DEPTHS.index(d)] * (0.05 + LONG * TPT_MS[d] / 1e3)
             diff = (LONG - SHORT) * TPT_MS[d] * (1 + e) / 1e3
-            q[(a, d)] = ((sd / diff) ** 2,) * 2
+            q[(a, Point(d))] = ((sd / diff) ** 2,) * 2
     return planning.Components(rg.server_sd**2, rg.excess_sd**2, q, source="truth")
 
 

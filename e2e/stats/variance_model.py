@@ -1,15 +1,16 @@
-"""The between-server variance model: every server and depth of a run in one fit. Pure, no I/O.
+"""The between-server variance model: every server and point of a run in one fit. Pure, no I/O.
 
-A cell is one server at one depth; y = log(its estimate). The model (README, "Between arms"):
+A cell is one server at one point (depth, concurrency: e2e/stats/point.py); y = log(its estimate).
+The model (docs, "Between arms"):
 
-    y_i = mu[arm_i, depth_i] + u[server_i] + e_i
-    u ~ N(0, sigma2_server)            a server's offset, shared by every depth it serves
-    e_i ~ N(0, tau2 + v_i)             the cell's own excess (server x depth) plus its sampling noise
+    y_i = mu[arm_i, point_i] + u[server_i] + e_i
+    u ~ N(0, sigma2_server)            a server's offset, shared by every point it serves
+    e_i ~ N(0, tau2 + v_i)             the cell's own excess (server x point) plus its sampling noise
 
 * v_i, the cell's sampling variance, is the robust one of e2e.stats.cells (the MAD of each length's
-  values scaled to a median's variance), pooled over the cells of its arm and depth: servers of
-  one arm at one depth share a noise level per request (it grows with the depth: prefill jitter),
-  and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, depth) and
+  values scaled to a median's variance), pooled over the cells of its arm and point: servers of
+  one arm at one point share a noise level per request (it grows with the depth: prefill jitter),
+  and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, point) and
   length, relative to each cell's own difference, weighted by those degrees of freedom.
 * sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
   and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
@@ -17,7 +18,7 @@ A cell is one server at one depth; y = log(its estimate). The model (README, "Be
   per-observation known sampling variances, which this needs (v_i differ 100x between 1K and 32K);
   the fit is ~60 lines of linear algebra below, checked against statsmodels where both apply
   (tests/test_variance_model.py).
-* A contrast (arm vs reference at one depth, a difference of mu's) is estimated by GLS; its
+* A contrast (arm vs reference at one point, a difference of mu's) is estimated by GLS; its
   variance c'(X'V^-1 X)^-1 c, and its degrees of freedom by Satterthwaite: the uncertainty of
   sigma2_server and tau2 (from the REML information) and of every pooled noise level (from its
   degrees of freedom) propagated to the contrast's variance. Few servers and a large server
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from e2e.stats.cells import CellStats, median_variance_factor
+from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
@@ -48,7 +50,7 @@ class Cell:
     """One cell as the model sees it: where it ran and its noise (no estimate: a design)."""
 
     arm: str
-    depth: int
+    point: Point
     server: str
     n_long: int  # values behind each median
     n_short: int
@@ -57,7 +59,7 @@ class Cell:
 
 @dataclass
 class Design:
-    """Cells, their groups (arm, depth: the fixed effects) and random factors (the server; in a
+    """Cells, their groups (arm, point: the fixed effects) and random factors (the server; in a
     history also the run). A factor whose levels each hold one cell is the cell's own excess
     (tau2) by another name, and one with a single level is the mean's: both are left out."""
 
@@ -66,7 +68,7 @@ class Design:
     extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
 
     def __post_init__(self) -> None:
-        self.groups = sorted({(c.arm, c.depth) for c in self.cells}, key=lambda g: (g[1], g[0]))
+        self.groups = sorted({(c.arm, c.point) for c in self.cells}, key=lambda g: (g[1], g[0]))
         self.servers = sorted({c.server for c in self.cells})
         gi = {g: j for j, g in enumerate(self.groups)}
         n = len(self.cells)
@@ -76,7 +78,7 @@ class Design:
         self.k_long = np.zeros((n, len(self.groups)))
         self.k_short = np.zeros((n, len(self.groups)))
         for i, c in enumerate(self.cells):
-            j = gi[(c.arm, c.depth)]
+            j = gi[(c.arm, c.point)]
             self.X[i, j] = 1.0
             self.k_long[i, j] = median_variance_factor(c.n_long)[0]
             self.k_short[i, j] = median_variance_factor(c.n_short)[0]
@@ -90,7 +92,7 @@ class Design:
             ZZ = Z @ Z.T
             if len(levels) < 2 or Z.sum(axis=0).max() <= 1 or any(np.array_equal(ZZ, m) for m in self.ZZs):
                 continue
-            per_group = {g: {lab for lab, c in zip(labels, self.cells) if (c.arm, c.depth) == g} for g in self.groups}
+            per_group = {g: {lab for lab, c in zip(labels, self.cells) if (c.arm, c.point) == g} for g in self.groups}
             if max(len(v) for v in per_group.values()) < 2:
                 self.unestimable.append(name)
                 continue
@@ -104,9 +106,9 @@ class Design:
         """dV / d(component) for each component, the cell's excess (identity) last."""
         return self.ZZs + [np.eye(len(self.cells))]
 
-    def group(self, arm: str, depth: int) -> int | None:
+    def group(self, arm: str, point: Point) -> int | None:
         try:
-            return self.groups.index((arm, depth))
+            return self.groups.index((arm, point))
         except ValueError:
             return None
 
@@ -163,26 +165,26 @@ class Fit:
     def tau2(self) -> float:
         return self.theta[-1]
 
-    def contrast(self, arm: str, ref: str, depth: int) -> Estimate | None:
-        """log(mu[arm, depth]) - log(mu[ref, depth]), or None when a group is missing."""
-        a, r = self.design.group(arm, depth), self.design.group(ref, depth)
+    def contrast(self, arm: str, ref: str, point: Point) -> Estimate | None:
+        """log(mu[arm, point]) - log(mu[ref, point]), or None when a group is missing."""
+        a, r = self.design.group(arm, point), self.design.group(ref, point)
         if a is None or r is None:
             return None
         c = np.zeros(len(self.design.groups))
         c[a], c[r] = 1.0, -1.0
         return self._estimate(c)
 
-    def mean(self, arm: str, depth: int) -> Estimate | None:
-        g = self.design.group(arm, depth)
+    def mean(self, arm: str, point: Point) -> Estimate | None:
+        g = self.design.group(arm, point)
         if g is None:
             return None
         c = np.zeros(len(self.design.groups))
         c[g] = 1.0
         return self._estimate(c)
 
-    def covariance(self, arm: str, ref: str, depth: int) -> np.ndarray | None:
+    def covariance(self, arm: str, ref: str, point: Point) -> np.ndarray | None:
         """The 2 x 2 covariance of (mu[arm], mu[ref]) on the log scale (for ms differences)."""
-        a, r = self.design.group(arm, depth), self.design.group(ref, depth)
+        a, r = self.design.group(arm, point), self.design.group(ref, point)
         if a is None or r is None:
             return None
         cov: np.ndarray = self.inference.C[np.ix_([a, r], [a, r])]
@@ -201,11 +203,11 @@ class Fit:
     def to_dict(self) -> dict[str, Any]:
         """What a report shows of the fit, and what planning reads back (e2e/stats/planning.py)."""
         groups = []
-        for j, (arm, depth) in enumerate(self.design.groups):
+        for j, (arm, point) in enumerate(self.design.groups):
             groups.append(
                 {
                     "arm": arm,
-                    "depth": depth,
+                    **point.fields(),
                     "n_cells": int(self.design.n_per_group()[j]),
                     "rel_sd_long": math.sqrt(self.noise.q[j, 0]),
                     "rel_sd_short": math.sqrt(self.noise.q[j, 1]),
@@ -234,7 +236,7 @@ def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
     G = len(d.groups)
     num, den = np.zeros((G, 2)), np.zeros((G, 2))
     for c, cs in zip(d.cells, cells):
-        j = d.group(c.arm, c.depth)
+        j = d.group(c.arm, c.point)
         if cs.estimate is None or cs.noise is None:
             continue  # no noise to pool (fit keeps no such cell)
         diff_s = cs.estimate * (cs.n_long - cs.n_short) / 1e3
@@ -368,15 +370,15 @@ def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.nda
 
 # -- the fit ----------------------------------------------------------------------------------------
 def fit(
-    cells: Sequence[tuple[str, int, str, CellStats]],
+    cells: Sequence[tuple[str, Point, str, CellStats]],
     factors: tuple[str, ...] = ("server",),
     runs: Sequence[str] | None = None,
     extra: dict[str, float] | None = None,
 ) -> Fit | None:
-    """(arm, depth, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
+    """(arm, point, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
     run of each, for a history's run factor; extra: server -> a known extra variance of each of its
     cells' log estimates). None when nothing is left to estimate a variance from (each arm and
-    depth on one server at most)."""
+    point on one server at most)."""
     runs = list(runs) if runs is not None else [""] * len(cells)
     keep = [
         (a, dp, s, cs, cs.estimate, cs.noise, r)

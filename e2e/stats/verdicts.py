@@ -33,6 +33,7 @@ from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, SEED, CellStats, percentile_ci
+from e2e.stats.point import Point
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
 INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient data"
@@ -196,15 +197,15 @@ def model_comparison(
     fit: vm.Fit | None,
     arm: str,
     ref: str,
-    depth: int,
+    point: Point,
     ref_cells: Sequence[CellStats],
     arm_cells: Sequence[CellStats],
     alpha: float,
     min_effect_pct: float,
     level: float = LEVEL,
 ) -> Comparison:
-    """Arm vs reference at one depth from the run's fit (see the module docstring); ref_cells and
-    arm_cells are that depth's cells (for the replication check and the within-server fallback).
+    """Arm vs reference at one point from the run's fit (see the module docstring); ref_cells and
+    arm_cells are that point's cells (for the replication check and the within-server fallback).
     The decision is before multiplicity: run decide_family over every comparison of the run."""
     _check(alpha, min_effect_pct)
     kr = sum(1 for c in ref_cells if c.estimate and c.estimate > 0)
@@ -228,9 +229,9 @@ def model_comparison(
         )
     if kr < 2 or ka < 2 or fit is None:
         return _within(ref_cells, arm_cells, base, level)
-    e = fit.contrast(arm, ref, depth)
-    ma, mr = fit.mean(arm, depth), fit.mean(ref, depth)
-    cov = fit.covariance(arm, ref, depth)
+    e = fit.contrast(arm, ref, point)
+    ma, mr = fit.mean(arm, point), fit.mean(ref, point)
+    cov = fit.covariance(arm, ref, point)
     if e is None or ma is None or mr is None or cov is None:
         return _within(ref_cells, arm_cells, base, level)  # the fit holds no cell of one side
     ratio = math.exp(e.value)
@@ -275,8 +276,11 @@ def pooled_comparison(
     ref: Sequence[CellStats], arm: Sequence[CellStats], alpha: float, min_effect_pct: float, level: float = LEVEL
 ) -> Comparison:
     """Two plain lists of cells at one depth, each cell its own server (the model in fresh mode)."""
-    cells = [("ref", 1, f"r{i}", c) for i, c in enumerate(ref)] + [("arm", 1, f"a{i}", c) for i, c in enumerate(arm)]
-    return model_comparison(vm.fit(cells), "arm", "ref", 1, ref, arm, alpha, min_effect_pct, level)
+    one = Point(1)
+    cells = [("ref", one, f"r{i}", c) for i, c in enumerate(ref)] + [
+        ("arm", one, f"a{i}", c) for i, c in enumerate(arm)
+    ]
+    return model_comparison(vm.fit(cells), "arm", "ref", one, ref, arm, alpha, min_effect_pct, level)
 
 
 def within_server_ratio(
