@@ -178,3 +178,26 @@ def test_exchange_limits_and_deadline_directly(hostile):
     assert time.monotonic() - t0 < 1.5
     Hostile.get = "ok"
     assert http_read.get(hostile, "/x", {}, 2.0, 1000) == (200, b'{"data": [{"id": "bench-model"}]}')
+
+
+def test_a_driver_that_wedges_at_shutdown_costs_one_deadline(monkeypatch):
+    # was: GpuProbe.close called nvmlShutdown with no deadline: a wedged driver hung the run's end
+    from e2e.gpu import gpu_probe
+
+    release = threading.Event()
+
+    class Stuck:
+        source = "nvml"
+
+        def close(self):
+            release.wait(10)  # bounded: the test ends either way
+
+    monkeypatch.setattr(gpu_probe, "DEADLINE_S", 0.5)
+    probe = gpu_probe.GpuProbe(["0"], Stuck(), None)
+    t0 = time.monotonic()
+    try:
+        probe.close()
+        assert time.monotonic() - t0 < 2
+        assert probe.sample("after")["reason"].startswith("nvml: nvml shutdown did not answer within 0.5 s")
+    finally:
+        release.set()
