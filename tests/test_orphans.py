@@ -20,7 +20,7 @@ import pytest
 
 from e2e.cli import main
 from e2e.safety.interrupts import held
-from e2e.serve import live_servers
+from e2e.serve import live_servers, owners
 from tests.support.orphans import (
     HF_TOKEN,
     kill_all,
@@ -236,23 +236,13 @@ def test_scrub_log_on_a_full_disk_overwrites_in_place(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["s.log"]  # the half-written copy is gone
 
 
-def test_an_owner_is_alive_only_while_that_very_process_runs():
-    me = live_servers.identity()
-    assert live_servers.owner_alive(me) is True
-    host, pid, t0 = me.rsplit("/", 2)
-    assert live_servers.owner_alive(f"{host}/{pid}/{float(t0) - 100:.2f}") is False  # a reused pid
-    assert live_servers.owner_alive(f"{host}/999999999/{t0}") is False
-    assert live_servers.owner_alive(f"elsewhere.example/{pid}/{t0}") is None  # cannot tell from here
-    assert live_servers.owner_alive(None) is None
-
-
 def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
     """Stand-ins for what a Ray cluster leaves when its driver dies (seen: a DashboardAgent after
     ray.init failed): a process carrying E2E_RAY_CLUSTER of its dead owner, and one found only by
     the cluster's record (Ray's agents overwrite their environment with their process title)."""
     dead = subprocess.Popen(["sleep", "0"])
     dead.wait()
-    dead_id = f"{socket.gethostname()}/{dead.pid}/0.00"  # a harness that ran here and is gone
+    dead_id = f"{socket.gethostname()}/{owners.boot_id()}/{owners.pid_namespace()}/{dead.pid}/1"  # ran here, gone
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     agent = subprocess.Popen(sleeper, env={**os.environ, live_servers.CLUSTER_ENV: dead_id})
     hidden = subprocess.Popen(sleeper, env={})  # an agent whose environment says nothing: only recorded
@@ -279,37 +269,3 @@ def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
         for x in (agent, hidden, mine):
             x.kill()
             x.wait()
-
-
-def test_a_record_names_a_server_the_environment_scan_cannot_see_and_its_group_is_killed(tmp_path):
-    """A process in its own session with no owner in its environment (as if it could not be read),
-    named only by its record: clear_records kills its group and scrubs its log of the key."""
-    key = "0123456789abcdef" * 2
-    log = tmp_path / "logs" / "x.log"
-    log.parent.mkdir()
-    log.write_text(f"key {key} printed\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"],
-        start_new_session=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("E2E_")},
-    )
-    try:
-        live_servers.record(
-            tmp_path / live_servers.LIVE_DIR,
-            "s1",
-            {
-                "tag": f"{tmp_path}::c",
-                "log": "logs/x.log",
-                "key_sha256": live_servers.key_digest(key),
-                "pgid": proc.pid,
-                "pid_started": psutil.Process(proc.pid).create_time(),
-            },
-        )
-        [entry] = live_servers.clear_records(tmp_path)
-        assert entry["pids"] == [proc.pid] and entry["by"] == "record"
-        assert proc.wait(timeout=10) == -signal.SIGKILL
-        assert log.read_text() == "key <redacted> printed\n"
-        assert not (tmp_path / live_servers.LIVE_DIR).exists()
-    finally:
-        proc.kill()
-        proc.wait()

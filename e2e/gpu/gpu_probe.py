@@ -376,8 +376,13 @@ class GpuProbe:
         return {**s, "available": True, "source": self.backend.source, "gpus": gpus}
 
     def close(self) -> None:
+        """Let the backend go, under the same deadline: a driver that wedges at nvmlShutdown must
+        not hold up the end of the run."""
         if self.backend is not None:
-            self.backend.close()
+            try:
+                within(self.backend.close, f"{self.backend.source} shutdown", DEADLINE_S)
+            except Wedged as exc:
+                self.reason, self.backend = f"{self.backend.source}: {exc}", None
 
 
 def _whose(pid: int, leader: int | None, server_id: str | None) -> dict[str, Any]:

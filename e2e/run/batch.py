@@ -39,6 +39,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.design.config import WorkloadCfg
 from e2e.run import metrics
 from e2e.run.measure import CellResult, TokenSampler, check_row, run_rounds
+from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
+from e2e.safety.http_read import TooLarge, exchange
 from e2e.serve.server import SERVED_NAME, ServerGone
 
 ROUTE = "primed"
@@ -149,11 +151,9 @@ class BatchClient:
 
     def scrape(self) -> str:
         try:
-            r = self.http.get("/metrics")
-            r.raise_for_status()
+            return metrics.scrape_text(self.http)
         except httpx.HTTPError as exc:
             raise ServerGone(f"/metrics: {exc!r}") from None
-        return r.text
 
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -171,19 +171,19 @@ class BatchClient:
         conn = self._conn()
         start.wait()
         t0 = time.perf_counter()
-        try:
-            conn.request("POST", self._path, body=body, headers=self._headers)
-            r = conn.getresponse()
-            content = r.read()
+        try:  # within request_timeout_s in all, the body bounded (e2e/safety/http_read.py)
+            status, content = exchange(conn, "POST", self._path, body, self._headers, self._addr[2], ANSWER_MAX)
         except TimeoutError:
             conn.close()
             return {"t0": t0, "t1": None, "error": "request timed out"}
+        except TooLarge as exc:
+            return {"t0": t0, "t1": None, "error": f"response: {exc}"}
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             return {"t0": t0, "t1": None, "error": f"request failed: {exc!r}", "gone": True}
         t1 = time.perf_counter()
-        if r.status != 200:
-            return {"t0": t0, "t1": t1, "error": f"HTTP {r.status}: {content[:200].decode(errors='replace')}"}
+        if status != 200:
+            return {"t0": t0, "t1": t1, "error": f"HTTP {status}: {content[:200].decode(errors='replace')}"}
         try:
             data = json.loads(content)
         except ValueError:

@@ -23,6 +23,8 @@ import numpy as np
 from e2e.design.config import WorkloadCfg
 from e2e.errors import UserError
 from e2e.run import metrics
+from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
+from e2e.safety.http_read import TooLarge, exchange
 from e2e.serve.server import SERVED_NAME, ServerGone
 
 
@@ -104,6 +106,7 @@ class CellClient:
         # (httpx's transport), and httpx's own models ~1 ms more (python -m e2e.run.bench_overhead).
         url = urlsplit(base_url)
         self._conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=request_timeout_s)
+        self._timeout_s = request_timeout_s
         self._path = url.path.rstrip("/") + "/v1/completions"
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._snap: metrics.Snapshot | None = None
@@ -149,24 +152,25 @@ class CellClient:
         self._drop_if_closed_by_server()
         row: dict[str, Any] = {"t_start_unix": time.time()}
         t0 = time.perf_counter()
-        try:
-            self._conn.request("POST", self._path, body=body, headers=self._headers)
-            r = self._conn.getresponse()
-            content = r.read()
+        try:  # within request_timeout_s in all, the body bounded (e2e/safety/http_read.py)
+            status, content = exchange(self._conn, "POST", self._path, body, self._headers, self._timeout_s, ANSWER_MAX)
             t1 = time.perf_counter()
         except TimeoutError:
             self._conn.close()  # a late answer must not be read as the next request's
             self._snap = None
             return {**row, "t_client_s": None, "error": "request timed out"}
+        except TooLarge as exc:
+            self._snap = None
+            return {**row, "t_client_s": None, "error": f"response: {exc}"}
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             raise ServerGone(f"request failed: {exc!r}") from None
         row["t_client_s"] = t1 - t0
-        if r.status != 200:
+        if status != 200:
             self._snap = None
-            if r.status >= 500 and not self.healthy():
-                raise ServerGone(f"HTTP {r.status} and /health fails: the engine is gone")
-            return {**row, "error": f"HTTP {r.status}: {content[:200].decode(errors='replace')}"}
+            if status >= 500 and not self.healthy():
+                raise ServerGone(f"HTTP {status} and /health fails: the engine is gone")
+            return {**row, "error": f"HTTP {status}: {content[:200].decode(errors='replace')}"}
         try:
             data = json.loads(content)
         except ValueError:

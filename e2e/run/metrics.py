@@ -3,15 +3,23 @@
 Requests are sent one at a time, so the delta of a histogram's sum across one request is that
 request's value (the buckets are too coarse to use). Series are summed over their labels
 (model name, engine index).
+
+A scrape is read through e2e/safety/http_read.py: within the client's timeout in all and at most
+METRICS_MAX_BYTES, on one keep-alive connection per client; whatever fails is an httpx.HTTPError,
+as a request through the client itself would be.
 """
 
 from __future__ import annotations
 
+import http.client
 import time
+import weakref
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.safety.http_read import TooLarge, exchange, reopen_if_closed
 
 # name in the row -> vLLM histogram
 HISTOGRAMS = {
@@ -44,10 +52,30 @@ def parse(text: str) -> Snapshot:
     return Snapshot(sums, counts)
 
 
+METRICS_MAX_BYTES = 32 << 20  # vLLM's /metrics is a few hundred KB, per engine
+_conns: weakref.WeakKeyDictionary[httpx.Client, http.client.HTTPConnection] = weakref.WeakKeyDictionary()
+
+
+def scrape_text(client: httpx.Client) -> str:
+    """/metrics of the server `client` talks to, as text."""
+    url, timeout = client.base_url, client.timeout.read or 30.0
+    conn = _conns.get(client)
+    if conn is None:
+        conn = _conns[client] = http.client.HTTPConnection(url.host, url.port, timeout=timeout)
+    reopen_if_closed(conn)
+    path = url.raw_path.decode().split("?")[0].rstrip("/") + "/metrics"
+    auth = {"Authorization": client.headers["Authorization"]} if "Authorization" in client.headers else {}
+    try:
+        status, body = exchange(conn, "GET", path, None, auth, timeout, METRICS_MAX_BYTES)
+    except (OSError, http.client.HTTPException, TooLarge) as exc:
+        raise httpx.TransportError(f"/metrics: {exc}") from None
+    if status != 200:
+        raise httpx.HTTPError(f"/metrics: HTTP {status}")
+    return body.decode("utf-8", "replace")
+
+
 def scrape(client: httpx.Client) -> Snapshot:
-    r = client.get("/metrics")
-    r.raise_for_status()
-    return parse(r.text)
+    return parse(scrape_text(client))
 
 
 def scrape_text_after(client: httpx.Client, before: Snapshot, n_requests: int = 1, timeout_s: float = 2.0) -> str:
@@ -56,12 +84,11 @@ def scrape_text_after(client: httpx.Client, before: Snapshot, n_requests: int = 
     key = HISTOGRAMS["server_e2e_s"]
     deadline = time.monotonic() + timeout_s
     while True:
-        r = client.get("/metrics")
-        r.raise_for_status()
-        if parse(r.text).counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
-            return r.text
+        text = scrape_text(client)
+        if parse(text).counts.get(key, 0) >= before.counts.get(key, 0) + n_requests:
+            return text
         if time.monotonic() > deadline:
-            return r.text
+            return text
         time.sleep(0.005)
 
 

@@ -182,11 +182,11 @@ class RunRoot(Protocol):
 def start_server(cfg: Config, arm: ArmCfg, run_root: RunRoot, key: str, record_dir: Path, log: Path) -> VllmServer:
     """A server of the run at run_root, not started yet (on_fresh_servers enters it): the arm's
     spec with its per-arm compile cache under the run folder, the plugin recording to record_dir,
-    the harness's one API key, E2E_SERVER_TAG = <run folder>::<key> in every process's environment
-    (orphan and leak checks find a run's servers by it), and its record in <run>/live-servers/
+    the harness's one API key, E2E_SERVER_TAG = <run folder>::<key> and E2E_SERVER_RUN = its digest
+    in every process's environment (orphan and leak checks find a run's servers by them), and its record in <run>/live-servers/
     while it runs. Both the run loop's servers and the gsm8k step's are built here."""
     spec = server_spec(cfg, arm, record_dir, Path(run_root))
-    spec.env[live_servers.TAG_ENV] = f"{run_root.resolve()}::{key}"
+    spec.env.update(live_servers.run_marks(str(run_root.resolve()), key))
     return VllmServer(
         spec,
         log,

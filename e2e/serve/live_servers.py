@@ -1,18 +1,21 @@
 """What may outlive a harness, and how the next one finds it, stops it and says so.
 
 Ownership is in the environment (e2e/serve/owners.py), so it survives any death of the harness,
-SIGKILL included: every server carries E2E_SERVER_ID (its own) and E2E_HARNESS = <host>/<pid>/<start time> of the
-harness process that owns it (for a Ray task's server: the driver, e2e/run/executors/ray_tasks.py);
+SIGKILL included: every server carries E2E_SERVER_ID (its own), E2E_HARNESS = the identity of the
+harness process that owns it (owners.identity: its start time in clock ticks, boot id, pid namespace) (for a Ray task's server: the driver, e2e/run/executors/ray_tasks.py);
 every process of a Ray cluster the run started carries E2E_RAY_CLUSTER = the same
-(e2e/run/executors/ray_cluster.py). Such a process whose owner is gone (on this host: that pid no
-longer runs with that start time) is an orphan; so is any server of a run folder whose lock the
-caller holds (its harness cannot be alive).
+(e2e/run/executors/ray_cluster.py), and every server E2E_SERVER_TAG and E2E_SERVER_RUN, its run
+(owners.run_marks: matched whole, never by a prefix). Such a process whose owner is gone (in this
+boot and pid namespace: that pid no longer runs with that start time) is an orphan; so is any
+server of a run folder whose lock the caller holds (its harness cannot be alive). An owner that
+cannot be told from here (another machine, container or format) is never taken for gone.
 
 While a server runs its run folder (a Ray node's scratch folder, for a task) holds its record,
 live-servers/<server id>.json: process group, start time, tag, log, owner, and the SHA-256 of its
 API key. It is written before the server is spawned and removed once teardown left nothing. A
 record whose processes are all gone is what a harness that died left; its log is scrubbed (the API
-key found by its digest: the key itself is never written) and the record removed.
+key found by its digest: the key itself is never written) and the record removed. A record is
+never trusted to name what to kill: e2e/serve/server_proof.py says what the process must prove.
 
 A Ray cluster the run starts is also recorded (e2e/serve/cluster_record.py: each process's pid and
 start time): Ray's agents overwrite their environment with their process title, so no marker can
@@ -46,20 +49,26 @@ from e2e.serve.cluster_record import cluster_record_path, dead_owners_clusters, 
 from e2e.serve.owners import (
     CLUSTER_ENV,
     HARNESS_ENV,
+    RUN_ENV,
     SERVER_ENV,
     TAG_ENV,
     identity,
+    of_run,
     owner,
     owner_alive,
+    process_identity,
+    run_marks,
+    run_of,
     set_owner,
-    still,
 )
+from e2e.serve.server_proof import ALIVE, GONE, group_refusal, judge
 
 # Callers read ownership (owners.py) and the cluster record (cluster_record.py) through this module.
 __all__ = [
     "CLUSTER_ENV",
     "HARNESS_ENV",
     "LIVE_DIR",
+    "RUN_ENV",
     "SERVER_ENV",
     "TAG_ENV",
     "Orphan",
@@ -72,11 +81,14 @@ __all__ = [
     "identity",
     "key_digest",
     "mark_harness_died",
+    "of_run",
     "owner",
     "owner_alive",
+    "process_identity",
     "record",
     "record_cluster",
     "records",
+    "run_marks",
     "scratch_root",
     "scrub_key_digests",
     "scrub_log",
@@ -170,10 +182,7 @@ class Orphan:
     tag: str | None
     procs: list[psutil.Process] = field(default_factory=list)
     secrets: frozenset[str] = field(default_factory=frozenset)
-
-    @property
-    def run_root(self) -> str | None:
-        return self.tag.rsplit("::", 1)[0] if self.tag and "::" in self.tag else None
+    run_root: str | None = None  # the run folder its environment names (owners.run_of)
 
 
 def _marked() -> Iterator[tuple[psutil.Process, dict[str, str]]]:
@@ -198,11 +207,11 @@ def find_orphans(run_root: str | None = None) -> list[Orphan]:
     for p, env in _marked():
         sid, tag = env.get(SERVER_ENV), env.get(TAG_ENV)
         who = env.get(HARNESS_ENV) if sid else env.get(CLUSTER_ENV)
-        of_run = run_root is not None and tag is not None and tag.startswith(f"{run_root}::")
-        if not of_run and owner_alive(who) is not False:
+        mine = run_root is not None and of_run(env, run_root)
+        if not mine and owner_alive(who) is not False:
             continue
         key = ("server", sid) if sid else ("ray-cluster", who)
-        g = groups.setdefault(key, Orphan(key[0], who, sid, tag))
+        g = groups.setdefault(key, Orphan(key[0], who, sid, tag, run_root=run_of(env)))
         g.procs.append(p)
         g.secrets |= secret_values(env, (), [env.get("VLLM_API_KEY", "")])
     return list(groups.values())
@@ -216,8 +225,9 @@ def _kill(orphans: list[Orphan]) -> tuple[set[int], set[int]]:
         pids = {p.pid for p in g.procs}
         for p in g.procs:
             try:
-                if g.kind == "server" and os.getpgid(p.pid) in pids:
-                    os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+                pgid = os.getpgid(p.pid)
+                if g.kind == "server" and pgid in pids and group_refusal(pgid) is None:
+                    os.killpg(pgid, signal.SIGKILL)
                 p.kill()
             except (psutil.Error, OSError):
                 pass
@@ -272,6 +282,7 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
                 "owner": g.owner,
                 "tag": g.tag,
                 "server_id": g.server_id,
+                "run": g.run_root,
                 "pids": sorted(p.pid for p in g.procs),
                 "still_running": sorted({p.pid for p in g.procs} & alive),
             }
@@ -284,50 +295,39 @@ def stop_orphans(run_root: str | None = None) -> list[dict[str, Any]]:
                     for home in _homes(root):
                         forget(home / LIVE_DIR, g.server_id)
         for root in sorted({g.run_root for g in found if g.run_root and g.run_root != run_root}):
-            mark_harness_died(Path(root), [e for e in entries if (e.get("tag") or "").startswith(f"{root}::")])
+            mark_harness_died(Path(root), [e for e in entries if e.get("run") == root])
     return entries
 
 
 def clear_records(run_root: Path, secrets: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The records of a run whose lock the caller holds, once stop_orphans has run: each names a
-    server its dead harness left. One still running by its record (its recorded pid, with that start
-    time: one whose environment could not be read) has its group killed; every such log is scrubbed
-    (of `secrets`, and of the key found by its digest) and the record dropped. Returns an entry per
-    server killed here (there should be none: stop_orphans finds them by their environment)."""
-    killed = []
+    server its dead harness left. One whose process proves it is that server of this run, still
+    running (e2e/serve/server_proof.py; stop_orphans should have stopped it) has its group killed;
+    one whose process is gone has its log scrubbed (of `secrets`, and of the key found by its
+    digest) and is dropped; any other is left alone, record included. Returns an entry per record
+    killed here or left alone (its reason: one line of describe())."""
+    out = []
+    run = str(Path(run_root).resolve())
     for r in records(Path(run_root) / LIVE_DIR):
-        pid, t0 = r.get("pgid"), r.get("pid_started")
-        if isinstance(pid, int) and _started_at(pid, t0):
+        verdict, why = judge(r, run)
+        entry = {"found": now(), "kind": "server", "owner": r.get("owner"), "tag": r.get("tag")}
+        entry.update(server_id=r["server_id"], run=run, record=r["_path"].name)
+        if verdict == ALIVE:
             try:
-                os.killpg(pid, signal.SIGKILL)
-                killed.append(
-                    {
-                        "found": now(),
-                        "kind": "server",
-                        "owner": r.get("owner"),
-                        "tag": r.get("tag"),
-                        "server_id": r["server_id"],
-                        "pids": [pid],
-                        "by": "record",
-                    }
-                )
+                os.killpg(int(why), signal.SIGKILL)
+                out.append({**entry, "pids": [int(why)], "by": "record"})
             except OSError:
                 pass
+        elif verdict != GONE:
+            out.append({**entry, "kind": "left-alone", "why": why})
+            continue
         # a record is data: its log is scrubbed only when it names a regular file inside the run folder,
         # and the record itself is dropped by the name it was read from, never by a name it holds
         log = inside(Path(run_root), r.get("log"))
         if log is not None:
             scrub_key_digests(log, {r.get("key_sha256") or ""}, secrets)
         forget(Path(run_root) / LIVE_DIR, r["_path"].stem)
-    return killed
-
-
-def _started_at(pid: int, t0: object) -> bool:
-    """Whether pid still runs with the start time its record gives (a damaged record: no)."""
-    try:
-        return isinstance(t0, int | float | str) and still(pid, float(t0)) is not None
-    except ValueError:
-        return False
+    return out
 
 
 def stop_mine(run_root: str) -> list[int]:
@@ -345,9 +345,10 @@ def stop_mine(run_root: str) -> list[int]:
                 env.get(TAG_ENV),
                 [p],
                 secret_values(env, (), [env.get("VLLM_API_KEY", "")]),
+                run_root,
             )
             for p, env in _marked()
-            if env.get(SERVER_ENV) and env.get(HARNESS_ENV) == me and env.get(TAG_ENV, "").startswith(f"{run_root}::")
+            if env.get(SERVER_ENV) and env.get(HARNESS_ENV) == me and of_run(env, run_root)
         ]
         if mine:
             _kill(mine)
@@ -384,14 +385,22 @@ def mark_harness_died(run_root: Path, stopped: list[dict[str, Any]]) -> None:
 
 
 def describe(entries: list[dict[str, Any]]) -> str:
-    """The one console line for what stop_orphans found."""
+    """The console line for what stop_orphans (and clear_records) found, and one line per record
+    left alone."""
     servers = [e for e in entries if e["kind"] == "server"]
     cluster = [p for e in entries if e["kind"] == "ray-cluster" for p in e["pids"]]
-    runs = sorted({e["tag"].rsplit("::", 1)[0] for e in servers if e.get("tag")})
+    runs = sorted({e.get("run") or run_of({TAG_ENV: e.get("tag") or ""}) or "" for e in servers} - {""})
     what = ([f"{len(servers)} server(s) of {', '.join(runs) or 'an untagged run'}"] if servers else []) + (
         [f"{len(cluster)} process(es) of its Ray cluster"] if cluster else []
     )
     left = sorted(p for e in entries for p in e.get("still_running", []))
-    return f"stopped what a harness that died left running: {'; '.join(what)} (their logs scrubbed)" + (
-        f"; STILL RUNNING after SIGKILL: pids {left}" if left else ""
-    )
+    lines = []
+    if what:
+        lines.append(
+            f"stopped what a harness that died left running: {'; '.join(what)} (their logs scrubbed)"
+            + (f"; STILL RUNNING after SIGKILL: pids {left}" if left else "")
+        )
+    for e in entries:
+        if e["kind"] == "left-alone":
+            lines.append(f"left alone: {e['run']}/{LIVE_DIR}/{e['record']} {e['why']}; nothing was signalled")
+    return "\n".join(lines)

@@ -11,6 +11,7 @@ however it ends, and a server that outlives its harness anyway (SIGKILL) is foun
 
 from __future__ import annotations
 
+import http.client
 import os
 import secrets
 import signal
@@ -21,17 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 from e2e.errors import UserError
 from e2e.rundir.formats import now
+from e2e.safety import http_read
 from e2e.safety.interrupts import held
 from e2e.safety.redact import redact_args, scrub, secret_values
 from e2e.safety.safe_io import open_append
 from e2e.serve import live_servers
 
 SERVED_NAME = "bench-model"
+_POLL_S = 2.0  # one readiness poll, all of it
+_READY_MAX_BYTES = 1 << 20  # /health is empty, /v1/models a few hundred bytes
 
 
 class ServerGone(Exception):
@@ -269,6 +272,7 @@ class VllmServer:
                 start_new_session=True,
             )
         if self.live_dir is not None:
+            # the identity a clock step cannot move (e2e/serve/owners.py); the wall-clock time for people
             try:
                 t0 = psutil.Process(self.proc.pid).create_time()
             except psutil.Error:
@@ -276,7 +280,13 @@ class VllmServer:
             live_servers.record(
                 self.live_dir,
                 self.server_id,
-                {**self._record, "pgid": self.proc.pid, "pid": self.proc.pid, "pid_started": t0},
+                {
+                    **self._record,
+                    "pgid": self.proc.pid,
+                    "pid": self.proc.pid,
+                    "pid_started": t0,
+                    **live_servers.process_identity(self.proc.pid),
+                },
             )
 
     def _log_name(self) -> str:
@@ -289,28 +299,33 @@ class VllmServer:
             return str(self.log_path.resolve())
 
     def wait_ready(self, poll_s: float = 0.5) -> float:
+        """Poll /health until it answers 200, all within startup_timeout_s (each poll's whole
+        exchange too: a server that trickles its answer cannot outlive the deadline)."""
         assert self.proc is not None
         deadline = self._t0 + self.startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise ServerFailure(f"server exited with status {code} while starting", self.log_tail(), code)
-                self._remember_children()
-                try:
-                    if client.get(f"{self.base_url}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise ServerFailure(f"server not ready after {self.startup_timeout_s:.0f} s", self.log_tail())
-                time.sleep(poll_s)
-            # /health answers for whatever holds the port: prove it is ours (our key, our model).
-            r = client.get(f"{self.base_url}/v1/models", headers={"Authorization": f"Bearer {self.api_key}"})
-            if r.status_code != 200 or SERVED_NAME not in r.text:
-                raise ServerFailure(
-                    f"port {self.port} answers but not as this server (/v1/models -> {r.status_code})", self.log_tail()
-                )
+
+        def ask(path: str, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
+            try:
+                return http_read.get(self.base_url, path, headers, timeout_s, _READY_MAX_BYTES)
+            except (OSError, http.client.HTTPException, http_read.TooLarge):
+                return 0, b""
+
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerFailure(f"server exited with status {code} while starting", self.log_tail(), code)
+            self._remember_children()
+            if ask("/health", {}, max(0.1, min(_POLL_S, deadline - time.monotonic())))[0] == 200:
+                break
+            if time.monotonic() > deadline:
+                raise ServerFailure(f"server not ready after {self.startup_timeout_s:.0f} s", self.log_tail())
+            time.sleep(poll_s)
+        # /health answers for whatever holds the port: prove it is ours (our key, our model).
+        status, text = ask("/v1/models", {"Authorization": f"Bearer {self.api_key}"}, _POLL_S)
+        if status != 200 or SERVED_NAME.encode() not in text:
+            raise ServerFailure(
+                f"port {self.port} answers but not as this server (/v1/models -> {status})", self.log_tail()
+            )
         self._remember_children()
         self.startup_s = time.monotonic() - self._t0
         return self.startup_s

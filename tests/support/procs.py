@@ -1,4 +1,4 @@
-"""Find processes a run started, by the E2E_SERVER_TAG every server process inherits; follow a
+"""Find processes a run started, by the run marks every server process inherits; follow a
 harness subprocess's output."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from pathlib import Path
 
 import psutil
 
+from e2e.serve import live_servers
+
 
 def tagged_processes(run_root: Path) -> list[psutil.Process]:
-    """Live processes whose E2E_SERVER_TAG names this run folder (servers that should be gone)."""
-    prefix = f"{Path(run_root).resolve()}::"
+    """Live processes whose environment names this run folder (servers that should be gone)."""
+    run = str(Path(run_root).resolve())
     out = []
     for p in psutil.process_iter(["pid"]):
         try:
-            if p.environ().get("E2E_SERVER_TAG", "").startswith(prefix) and p.status() != psutil.STATUS_ZOMBIE:
+            if live_servers.of_run(p.environ(), run) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except (psutil.Error, OSError):
             continue

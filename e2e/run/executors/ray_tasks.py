@@ -119,19 +119,19 @@ def stop_orphans(run_root: str) -> list[dict[str, Any]]:
 def sweep(
     run_root: str, key: str | None = None, secrets: tuple[str, ...] = (), remove_scratch: bool = False
 ) -> dict[str, Any]:
-    """SIGKILL every process on this node whose E2E_SERVER_TAG names this run (one group's, when
+    """SIGKILL every process of this user on this node whose environment names this run (one group's, when
     `key` is given). With `key`, also hand back what a lost task of that group left in scratch, its
     logs scrubbed of `secrets` and of the API keys the killed servers held (their teardown, which
     scrubs a log, never ran)."""
-    prefix = f"{run_root}::"
     mine, keys = [], set()
-    for p in psutil.process_iter(["pid"]):
+    for p in psutil.process_iter(["pid", "uids"]):
+        if p.info["uids"] is None or p.info["uids"].real != os.getuid():
+            continue  # another user's environment never names what we kill
         try:
             env = p.environ()
         except (psutil.Error, OSError):
             continue
-        tag = env.get("E2E_SERVER_TAG", "")
-        if tag.startswith(prefix) and (key is None or tag == prefix + key):
+        if live_servers.of_run(env, run_root, key):  # the whole folder, never a prefix of another's
             mine.append(p)
             keys.add(env.get("VLLM_API_KEY", ""))
     for p in mine:
