@@ -124,6 +124,36 @@ def server_flags(cell_rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any
     return out
 
 
+def servers_without(cell_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The servers (server key and attempt) whose counted cells no bookend covers, each with why: a
+    server voided or failed before its end never measures its closing rounds, and "every bookend
+    stationary" must not read as every server. Empty for a run that records no bookend at all (from
+    before bookends): it claims none."""
+    rows = list(cell_rows)
+    if not any(r.get("bookend") for r in rows):
+        return []
+    voided = {a.get("attempt"): a for r in rows for a in (r.get("gpu_state") or {}).get("contaminated_attempts") or []}
+    servers: dict[tuple[str, str], list[int]] = {}  # (key, attempt) -> its rows' places in cells.jsonl order
+    for i, r in enumerate(rows):
+        servers.setdefault((r.get("server_key") or r["cell_id"], str(r.get("attempt"))), []).append(i)
+    out = []
+    for (key, attempt), places in servers.items():
+        group = [rows[i] for i in places]
+        counted = [r["cell_id"] for r in group if r.get("status") == "ok"]
+        if not counted or any(r.get("bookend") for r in group):
+            continue
+        # a later row of the same group on another server: this one ended early and the group went on
+        later = any(k == key and a != attempt and max(p) > max(places) for (k, a), p in servers.items())
+        if attempt in voided:
+            why = f"voided at '{voided[attempt].get('at')}' by another process on the GPU, before its end"
+        elif later:
+            why = "its server ended early, voided or failed, and the group went on on a fresh one"
+        else:
+            why = "the run stopped before its server's end"
+        out.append({"server_key": key, "attempt": attempt, "cells": counted, "reason": why})
+    return out
+
+
 # -- the false-alarm rate, by simulation through the functions above ---------------------------------
 DESIGNS = [  # (label, opening rounds, closing rounds, noise CV, outlier share, AR(1) rho, true step)
     ("stationary, CV 2 %", 10, 5, 0.02, 0.0, 0.0, 0.0),
