@@ -137,8 +137,11 @@ def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
         ]
     flags = server_flags(rows)
     if flags:
+        # the values tested: the run's estimator once the analysis has tested them again (bookends.retest)
+        ests = sorted({b.get("estimator") or "client" for b in flags.values() if "closing_rounds" in b})
+        under = f", under the {' and the '.join(ests)} estimator" if ests else ""
         md += [
-            f"Bookends: each server's first depth measured again at the end of its life; {TEST}. "
+            f"Bookends: each server's first depth measured again at the end of its life; {TEST}{under}. "
             "A server is **non-stationary** at p < alpha with a step of at least the minimum "
             "(`python -m e2e.stats.bookends` gives the test's false-alarm rate by simulation). A server "
             "that ended before its bookend (voided, failed, or the run stopped) is listed with why.",
