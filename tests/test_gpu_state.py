@@ -128,9 +128,11 @@ def test_retry_voids_a_contaminated_attempt_and_measures_the_cell_again_on_a_fre
     [voided] = g["contaminated_attempts"]
     assert voided["attempt"].startswith("0-") and voided["at"] == "round 0"
     assert [p["pid"] for p in voided["foreign"]] == [stranger]
-    # The voided attempt's rows are kept on disk, and never counted.
+    # The voided attempt's rows are kept on disk, marked voided in themselves, and never counted.
     reqs = read_jsonl(r / "requests.jsonl")
-    assert [x for x in reqs if x["attempt"] == voided["attempt"]]
+    mine = [x for x in reqs if x["attempt"] == voided["attempt"]]
+    assert mine and all(not x["valid"] and "GPU not exclusive" in x["voided"] for x in mine), mine
+    assert all(x["valid"] and "voided" not in x for x in reqs if x["attempt"] == a["attempt"])
     assert {x["attempt"] for x in counted(r) if x["cell_id"] == "p1-d16-a"} == {a["attempt"]}
     assert "voided at 'round 0'" in "\n".join(report_gpu.warnings(cells(r).values()))
 
@@ -152,6 +154,9 @@ def test_retry_gives_up_as_failed_when_every_attempt_is_contaminated(tmp_path, s
         and "attempt 1: GPU not exclusive" in a["error"]
     ), a
     assert a["gpu_state"]["contaminated"] and len(a["gpu_state"]["contaminated_attempts"]) == 2
+    # both attempts' rows say they were voided, the last one's too (the failed row names it)
+    reqs = read_jsonl(r / "requests.jsonl")
+    assert len({x["attempt"] for x in reqs}) == 2 and all(not x["valid"] and x["voided"] for x in reqs), reqs
     s = gpu_state.cell_summary(a)
     assert s["contaminated"] and not s["counted_contaminated"]  # failed: analysis leaves it out
 

@@ -45,7 +45,7 @@ def test_write_report_files_and_decisions(tmp_path):
         "| `TritonAttentionImpl h128` | forward:TritonAttentionImpl | 10 |",
         f"schema_version {report.SCHEMA_VERSION}",
         "At most",
-        "Floor unavailable: model folder",
+        "Floor unavailable: the run folder keeps no model/config.json",
     ):
         assert needle in md, needle
     assert "RANDOM-WEIGHT TWIN" not in md

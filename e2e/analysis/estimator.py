@@ -1,12 +1,12 @@
-"""The run's one estimator (e2e/stats/estimate.py) and why it was chosen."""
+"""The run's one estimator (e2e/stats/estimate.py), why it was chosen, and the bookends tested under it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from e2e.stats import bookends, estimate
 from e2e.stats import cells as stats
-from e2e.stats import estimate
 
 
 def choose_estimator(
@@ -43,3 +43,15 @@ def choose_estimator(
         "the plain client estimate (fallback: " + "; ".join(why) + ")",
         "estimator: fell back to the plain client estimate: " + "; ".join(why),
     )
+
+
+def bookends_under(
+    cell_rows: dict[str, dict[str, Any]], requests: list[dict[str, Any]], estimator: str, n_long: int, n_short: int
+) -> dict[str, dict[str, Any]]:
+    """The cell rows with each bookend tested under the estimator that decided the run
+    (bookends.retest): a server's drift is judged on the values its cells were estimated with."""
+    out = {}
+    for cid, row in cell_rows.items():
+        b = row.get("bookend")
+        out[cid] = {**row, "bookend": bookends.retest(b, requests, estimator, n_long, n_short)} if b else row
+    return out

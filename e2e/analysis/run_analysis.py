@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from e2e.analysis import load, routing_table, run_folder, slots, startups, wall_clock
-from e2e.analysis.estimator import choose_estimator
+from e2e.analysis.estimator import bookends_under, choose_estimator
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
 from e2e.errors import UserError
@@ -60,6 +60,8 @@ class RunAnalysis:
         if fell_back:
             self.warnings.append(fell_back)
         self._cell_stats(ok, by_cell)
+        # a bookend tests the values the run decided on (the runner could only test the client's)
+        self.cell_rows = bookends_under(self.cell_rows, record.requests, self.estimator, self.n_long, self.n_short)
         self.bookends = bookends.server_flags(self.cell_rows.values())
         self.fit = vm.fit(
             [(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()],

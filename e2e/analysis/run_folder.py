@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from e2e.gpu import roofline
-from e2e.rundir.manifest import project_root
 from e2e.rundir.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, effective_status
 
 
@@ -53,16 +52,20 @@ def load(run_dir: Path | str) -> RunRecord:
 
 
 def _model_config(root: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """The model's config.json, or None and why not. The run folder keeps a copy (store.MODEL_CONFIG):
-    a report made on another machine, without the model, still has its geometry."""
-    model_path = (manifest.get("model") or {}).get("path") or ((manifest.get("config") or {}).get("model") or {}).get(
-        "path"
-    )
+    """The model's config.json as the run folder keeps it (store.MODEL_CONFIG, saved as the run
+    started), or None and why not. Never the model's own folder: a report reads nothing outside its
+    run folder, so it renders the same on every machine (a clone without assets/ included)."""
     saved = (root / MODEL_CONFIG).parent
+    if not saved.is_dir():
+        model = (manifest.get("model") or {}).get("path") or ((manifest.get("config") or {}).get("model") or {}).get(
+            "path"
+        )
+        return None, (
+            f"the run folder keeps no {MODEL_CONFIG} (a latency run copies it from the model folder "
+            f"{model!r} as it starts, when that is local), and no geometry is read from outside the run folder"
+        )
     try:
-        if saved.is_dir():
-            return roofline.load_model_config(str(saved)), ""
-        return roofline.load_model_config(str(model_path), (Path.cwd(), project_root())), ""
+        return roofline.load_model_config(str(saved)), ""
     except roofline.Unavailable as exc:
         return None, str(exc)
 

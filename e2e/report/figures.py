@@ -79,8 +79,19 @@ def grid_caption(s: dict[str, Any]) -> str:
 
 
 def decode_caption(s: dict[str, Any]) -> str:
-    joined = _server_lines(_measured(s))
-    return "Each point is one cell (one server at one depth) with its own within-server 95 % interval; " + (
+    cells = _measured(s)
+    joined = _server_lines(cells)
+    # a cell with too few usable rounds has no interval and no bar: named, so no point reads as covered
+    bare = [c["cell_id"] for c in cells if c.get("ci_lo_ms") is None or c.get("ci_hi_ms") is None]
+    bars = (
+        "with its own within-server 95 % interval"
+        if not bare
+        else "with no interval: no cell had one (the warnings say why)"
+        if len(bare) == len(cells)
+        else f"with its own within-server 95 % interval, except {len(bare)} cell(s) with none, drawn without a bar "
+        f"(the warnings say why): {', '.join(bare)}"
+    )
+    return f"Each point is one cell (one server at one depth) {bars}; " + (
         "lines join the depths one server served." if joined else "no lines: every cell had its own server."
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 from e2e.report import tables
 from e2e.report.tables import num
 from e2e.rundir.gpu_rows import cell_summary, describe
-from e2e.stats.bookends import TEST, server_flags
+from e2e.stats.bookends import TEST, server_flags, servers_without
 
 
 def _span(v: list[float] | None, fmt: str = "{:.0f}") -> str:
@@ -103,6 +103,11 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
                 f"{b['step_pct']:+.1f} % between its opening ({b.get('cell_id')}) and its close "
                 f"(p {b['p_value']:.2g}); cells {', '.join(b['cells'])}"
             )
+    for x in servers_without(rows):
+        out.append(
+            f"server {x['server_key']} (attempt {x['attempt']}): no bookend ({x['reason']}): its counted "
+            f"cell(s) {', '.join(x['cells'])} untested for a drift"
+        )
     return out
 
 
@@ -132,12 +137,16 @@ def section(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
         ]
     flags = server_flags(rows)
     if flags:
+        # the values tested: the run's estimator once the analysis has tested them again (bookends.retest)
+        ests = sorted({b.get("estimator") or "client" for b in flags.values() if "closing_rounds" in b})
+        under = f", under the {' and the '.join(ests)} estimator" if ests else ""
         md += [
-            f"Bookends: each server's first depth measured again at the end of its life; {TEST}. "
+            f"Bookends: each server's first depth measured again at the end of its life; {TEST}{under}. "
             "A server is **non-stationary** at p < alpha with a step of at least the minimum "
-            "(`python -m e2e.stats.bookends` gives the test's false-alarm rate by simulation).",
+            "(`python -m e2e.stats.bookends` gives the test's false-alarm rate by simulation). A server "
+            "that ended before its bookend (voided, failed, or the run stopped) is listed with why.",
             "",
-            _bookend_table(flags),
+            _bookend_table(flags, servers_without(rows)),
             "",
         ]
     warn = warnings(rows)
@@ -181,7 +190,8 @@ def _state_table(rows: list[dict[str, Any]], states: list[dict[str, Any]]) -> st
     )
 
 
-def _bookend_table(flags: dict[str, dict[str, Any]]) -> str:
+def _bookend_table(flags: dict[str, dict[str, Any]], without: list[dict[str, Any]]) -> str:
+    """A row per server: its bookend, or none and why."""
     return tables.markdown(
         [
             "server",
@@ -209,5 +219,14 @@ def _bookend_table(flags: dict[str, dict[str, Any]]) -> str:
                 else (b["status"] + (f" ({b['reason']})" if b.get("reason") else "")),
             ]
             for key, b in flags.items()
+        ]
+        + [
+            [
+                f"{x['server_key']} (attempt {x['attempt']})",
+                ", ".join(x["cells"]),
+                *["-"] * 6,
+                f"**none** ({x['reason']})",
+            ]
+            for x in without
         ],
     )

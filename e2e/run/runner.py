@@ -54,6 +54,8 @@ class Rows(Protocol):
 
     def append(self, name: str, row: dict[str, Any]) -> None: ...
 
+    def void_rows(self, cell_id: str, attempt: str, why: str) -> None: ...
+
 
 class Events(Protocol):
     """Where the loop reports: the console (e2e/report/progress.py Progress), or on a Ray node the
@@ -137,6 +139,7 @@ class Runner:
             self._cells_on(server, arm, remaining, rows, ctx)
 
         def on_retry(attempt: int, exc: Exception) -> None:
+            self._void(remaining, ctx, exc)
             self.progress.note(f"{remaining[0].cell_id}: {exc}; retrying on a fresh server")
 
         try:
@@ -150,6 +153,7 @@ class Runner:
                         unit=lambda: remaining[0].cell_id if remaining else None,
                     )
                 except GaveUp as g:
+                    self._void(remaining, ctx, g.last)
                     rows.append(self._gave_up(remaining.pop(0), arm, ctx, g))
                     continue
                 if left or port_in_use(server.port):
@@ -157,6 +161,12 @@ class Runner:
         finally:
             watch.close()
         return rows
+
+    def _void(self, remaining: list[Cell], ctx: dict[str, Any], exc: Exception) -> None:
+        """The cell in hand lost its server: its rows of that attempt are marked voided (the cells the
+        server finished before keep theirs, counted)."""
+        if remaining and ctx.get("tag"):
+            self.store.void_rows(remaining[0].cell_id, ctx["tag"], str(exc))
 
     def _watch(self, key: str, arm: ArmCfg) -> gpu_state.ServerWatch:
         """The GPU watch over a group's servers, with the attempts an earlier run of it voided."""

@@ -95,6 +95,10 @@ class RequestRow(_Row):
     # "bookend": a closing round of the server's first depth (e2e/stats/bookends.py), never in an estimate
     # (store.counted_requests leaves it out). Absent: a timed round of the cell.
     phase: Literal["bookend"] | None = None
+    # Why the attempt was voided (its server failed, or another process was on its GPU): set, with
+    # valid false, when the attempt is voided (store.void_rows). Absent: not voided, or a folder from
+    # before the mark (there only the attempt match keeps a voided attempt's rows out).
+    voided: str | None = None
     # A round at concurrency c > 1 (e2e/run/batch.py): this row stands for the round's c requests of
     # n_tokens, t_client_s is the round's span and server_*_s the per-request means; absent at c = 1.
     concurrency: int | None = Field(default=None, ge=2)

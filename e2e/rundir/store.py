@@ -3,7 +3,8 @@
     results/<run-id>/
         manifest.json    resolved config, server commands, versions, host, git commit, start/end
         plan.json        the cells in order
-        requests.jsonl   one row per timed request (appended and flushed as measured)
+        requests.jsonl   one row per timed request (appended and flushed as measured; a voided
+                         attempt's rows marked in place, void_rows)
         cells.jsonl      one row per finished cell (ok or failed)
         logs/<cell>.log  each server's output
         cells/<cell>/    per-cell files written by other parts (routing records)
@@ -222,6 +223,35 @@ class RunStore:
 
         self._guarded(do)
 
+    def void_rows(self, cell_id: str, attempt: str, why: str) -> None:
+        """Mark the request rows of a voided attempt of a cell in the rows themselves: `voided` (why) and
+        `valid: false`, so a reader filtering on `valid` never counts them (the attempt match keeps them
+        out as well, and is all an older folder has). The only rewrite of requests.jsonl: by rename,
+        every other line byte for byte, each row of the attempt once."""
+        path = self.root / REQUESTS
+        if not path.is_file():
+            return
+        f = self._files.pop(REQUESTS, None)
+        if f is not None:
+            f.close()  # the next append opens the new file
+        _set_aside_torn_tail(path)
+        lines = path.read_bytes().splitlines(keepends=True)
+        hits = 0
+        for i, raw in enumerate(lines):
+            if cell_id.encode() not in raw:
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue  # a damaged line is the readers' to name, never rewritten here
+            if row.get("cell_id") != cell_id or row.get("attempt") != attempt or row.get("voided"):
+                continue
+            reason = row.get("invalid_reason") or f"attempt voided: {why}"
+            lines[i] = (json.dumps({**row, "valid": False, "invalid_reason": reason, "voided": why}) + "\n").encode()
+            hits += 1
+        if hits:
+            self._guarded(lambda: write_atomic(path, b"".join(lines)))
+
     def _guarded(self, fn: Any) -> None:
         try:
             fn()
@@ -300,11 +330,12 @@ def voided(server_dir: Path) -> list[dict[str, Any]]:
 
 
 def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt), and
-    are its timed rounds (never a server's closing "bookend" rounds, e2e/stats/bookends.py)."""
+    """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt, nor a
+    row marked voided), and are its timed rounds (never a server's closing "bookend" rounds,
+    e2e/stats/bookends.py)."""
     attempts = {(c["cell_id"], c["attempt"]) for c in cells}
     for r in requests:
-        if (r["cell_id"], r["attempt"]) in attempts and r.get("phase") != "bookend":
+        if (r["cell_id"], r["attempt"]) in attempts and r.get("phase") != "bookend" and not r.get("voided"):
             yield r
 
 

@@ -32,14 +32,16 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from e2e.stats import cells as stats
+from e2e.stats.estimate import CLIENT
 
 TEST = "Mann-Whitney U, exact, two-sided: per-round decode ms/token, closing vs opening rounds"
 MIN_OPENING = 3
 
 
-def round_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int) -> np.ndarray:
-    """Per-round differenced decode ms/token of valid rounds (both lengths valid), in round order."""
-    long_, short = stats.round_values(rows, n_long, n_short)
+def round_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int, estimator: str = CLIENT) -> np.ndarray:
+    """Per-round differenced decode ms/token of valid rounds (both lengths valid), in round order,
+    under `estimator` (e2e/stats/estimate.py)."""
+    long_, short = stats.round_values(rows, n_long, n_short, estimator)
     d = (long_ - short) / (n_long - n_short) * 1e3
     valid: np.ndarray = d[np.isfinite(d)]
     return valid
@@ -68,12 +70,18 @@ def flagged(p: np.ndarray, step: np.ndarray, alpha: float, min_step_pct: float) 
 
 
 def evaluate(
-    opening: Sequence[float], closing: Sequence[float], alpha: float, min_step_pct: float, **ident: Any
+    opening: Sequence[float],
+    closing: Sequence[float],
+    alpha: float,
+    min_step_pct: float,
+    estimator: str = CLIENT,
+    **ident: Any,
 ) -> dict[str, Any]:
-    """The cell row's `bookend` (formats.BookendResult) from the per-round values."""
+    """The cell row's `bookend` (formats.BookendResult) from the per-round values under `estimator`."""
     o, c = np.asarray(opening, dtype=float), np.asarray(closing, dtype=float)
     out: dict[str, Any] = {
         **ident,
+        "estimator": estimator,
         "opening_rounds": int(o.size),
         "closing_rounds": int(c.size),
         "alpha": alpha,
@@ -104,6 +112,28 @@ def untested(reason: str, **ident: Any) -> dict[str, Any]:
     return {**ident, "status": "untested", "reason": reason, "test": TEST}
 
 
+def retest(
+    bookend: dict[str, Any], requests: Iterable[dict[str, Any]], estimator: str, n_long: int, n_short: int
+) -> dict[str, Any]:
+    """A measured bookend tested again under the estimator that decided the run (the runner tests the
+    plain client values: the run's estimator is chosen only once every cell is in). Its opening rounds
+    are the opening cell's timed rows of the server's attempt, its closing rounds that attempt's
+    "bookend" rows. Kept as it is when it was never measured (untested before its closing rounds),
+    is already under `estimator`, or a row lacks that estimator's value (an older run's rows)."""
+    if "closing_rounds" not in bookend or bookend.get("estimator", CLIENT) == estimator:
+        return bookend
+    mine = [
+        r for r in requests if r["cell_id"] == bookend.get("cell_id") and r["attempt"] == bookend.get("server_attempt")
+    ]
+    opening = [r for r in mine if r.get("phase") != "bookend"]
+    closing = [r for r in mine if r.get("phase") == "bookend"]
+    o, c = round_ms(opening, n_long, n_short, estimator), round_ms(closing, n_long, n_short, estimator)
+    if (o.size, c.size) != (bookend.get("opening_rounds"), bookend.get("closing_rounds")):
+        return bookend  # not every round has the estimator's value: the client test stands, as recorded
+    ident = {k: bookend.get(k) for k in ("server_attempt", "cell_id", "depth")}
+    return evaluate(o.tolist(), c.tolist(), bookend["alpha"], bookend["min_step_pct"], estimator, **ident)
+
+
 def server_flags(cell_rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """server_key -> that server's bookend result, plus the cells it covers (`cells`: the cell ids
     whose rows name the same attempt; cells of the group measured on an earlier, failed server of
@@ -121,6 +151,36 @@ def server_flags(cell_rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any
             if (x.get("server_key") or x["cell_id"]) == key and x.get("attempt") == r.get("attempt")
         ]
         out[key] = {**b, "attempt": r.get("attempt"), "arm": r.get("arm"), "pass": r.get("pass"), "cells": cells}
+    return out
+
+
+def servers_without(cell_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The servers (server key and attempt) whose counted cells no bookend covers, each with why: a
+    server voided or failed before its end never measures its closing rounds, and "every bookend
+    stationary" must not read as every server. Empty for a run that records no bookend at all (from
+    before bookends): it claims none."""
+    rows = list(cell_rows)
+    if not any(r.get("bookend") for r in rows):
+        return []
+    voided = {a.get("attempt"): a for r in rows for a in (r.get("gpu_state") or {}).get("contaminated_attempts") or []}
+    servers: dict[tuple[str, str], list[int]] = {}  # (key, attempt) -> its rows' places in cells.jsonl order
+    for i, r in enumerate(rows):
+        servers.setdefault((r.get("server_key") or r["cell_id"], str(r.get("attempt"))), []).append(i)
+    out = []
+    for (key, attempt), places in servers.items():
+        group = [rows[i] for i in places]
+        counted = [r["cell_id"] for r in group if r.get("status") == "ok"]
+        if not counted or any(r.get("bookend") for r in group):
+            continue
+        # a later row of the same group on another server: this one ended early and the group went on
+        later = any(k == key and a != attempt and max(p) > max(places) for (k, a), p in servers.items())
+        if attempt in voided:
+            why = f"voided at '{voided[attempt].get('at')}' by another process on the GPU, before its end"
+        elif later:
+            why = "its server ended early, voided or failed, and the group went on on a fresh one"
+        else:
+            why = "the run stopped before its server's end"
+        out.append({"server_key": key, "attempt": attempt, "cells": counted, "reason": why})
     return out
 
 

@@ -121,6 +121,7 @@ def make_run(
             }
         )
         store.write_plan([c.to_dict() for c in cells])
+        store.save_model_config(model)  # as a run does: a local model folder's config.json
         for c in cells:
             if c.cell_id in missing:
                 continue

@@ -80,6 +80,9 @@ class NodeStore:
     def append(self, name: str, row: dict[str, Any]) -> None:
         self.send((name, self.shifted(name, row)))
 
+    def void_rows(self, cell_id: str, attempt: str, why: str) -> None:
+        self.send(("void", cell_id, shift_attempt(attempt, self.offset), shift_errors(why, self.offset)))
+
     def shifted(self, name: str, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row, attempt=shift_attempt(row["attempt"], self.offset))
         if name == CELLS:

@@ -221,6 +221,8 @@ class RayExecutor:
                 self.store.append(REQUESTS, rest[0])
             elif kind == CELLS:
                 self._cell(f, rest[0])
+            elif kind == "void":  # the node's store.void_rows: only the driver writes the run folder
+                self.store.void_rows(*rest)
             elif kind == "phase":
                 cell, phase = self.by_index[rest[0]], rest[1]
                 if phase == "starting server":
