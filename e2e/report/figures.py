@@ -194,11 +194,11 @@ def _ratio_grid(s: dict[str, Any], path: Path) -> Path:
     for ax in axes[len(pairs) :]:
         ax.set_visible(False)
     fig.suptitle(
-        f"Arm / reference decode time per step, by depth and concurrency (> 1: the arm is slower); "
-        f"shaded: ±{f['min_effect_pct']:g} %; filled: decided",
+        "Arm / reference decode time per step, by depth and concurrency c\n"
+        f"(> 1: the arm is slower; shaded: the ±{f['min_effect_pct']:g} % margin; filled: decided)",
         fontsize=9.5,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return tables.save_figure(fig, path, layout=False)
 
 
