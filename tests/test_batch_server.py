@@ -84,10 +84,12 @@ def test_primed_rounds_decode_together_and_rounds_that_did_not_are_flagged(smoll
             over.close()
 
 
-def test_a_run_at_concurrency_2_writes_round_rows_and_names_the_batch(tmp_path, smollm2, in_root):
+def test_a_grid_run_times_every_point_on_one_route_and_reports_a_table_per_c(tmp_path, smollm2, in_root):
+    """concurrency [1, 2] on one server (per-arm-pass): both points take the primed route, the rows of
+    each carry its c, and the report has the verdicts and the load table per c."""
     cfg = write_config(
         tmp_path / "c.toml",
-        workload={"depths": [128], "rounds": 2, "warmup_rounds": 1, "concurrency": [2], "bookend_rounds": 0},
+        workload={"depths": [128], "rounds": 2, "warmup_rounds": 1, "concurrency": [1, 2], "bookend_rounds": 0},
         run={"passes": 1},
         arms=[{"name": "stock"}],
     )
@@ -98,7 +100,7 @@ def test_a_run_at_concurrency_2_writes_round_rows_and_names_the_batch(tmp_path, 
             "--no-gsm8k",
             "--no-progress",
             "--server-mode",
-            "fresh",
+            "per-arm-pass",
             "--out",
             str(tmp_path),
             "--run-id",
@@ -109,11 +111,23 @@ def test_a_run_at_concurrency_2_writes_round_rows_and_names_the_batch(tmp_path, 
     cells = read_jsonl(run / "cells.jsonl")
     assert rc == 0, cells
     plan = json.loads((run / "plan.json").read_text())
-    assert [p["cell_id"] for p in plan] == ["p1-d128-c2-stock"] and plan[0]["concurrency"] == 2
-    assert cells[0]["status"] == "ok" and cells[0]["concurrency"] == 2 and cells[0]["decode_ms_per_token"] > 0
-    reqs = [r for r in read_jsonl(run / "requests.jsonl")]
-    assert len(reqs) == 4 and all(r["concurrency"] == 2 and len(r["requests"]) == 2 and r["valid"] for r in reqs)
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert "--enable-prefix-caching" in manifest["arms"]["stock"]["server_argv"]
+    assert [p["cell_id"] for p in plan] == ["p1-d128-stock", "p1-d128-c2-stock"]
+    assert "concurrency" not in plan[0] and plan[1]["concurrency"] == 2
+    assert [c["status"] for c in cells] == ["ok", "ok"] and cells[1]["concurrency"] == 2
+    assert all(c["decode_ms_per_token"] > 0 for c in cells) and cells[0]["server_key"] == cells[1]["server_key"]
+    reqs = read_jsonl(run / "requests.jsonl")
+    one = [r for r in reqs if r["cell_id"] == "p1-d128-stock"]
+    two = [r for r in reqs if r["cell_id"] == "p1-d128-c2-stock"]
+    # c = 1 on the primed route too: a round of one request, judged by the server's own steps
+    assert len(one) == 4 and all("concurrency" not in r and len(r["requests"]) == 1 and r["valid"] for r in one)
+    assert len(two) == 4 and all(r["concurrency"] == 2 and len(r["requests"]) == 2 and r["valid"] for r in two)
+    argv = json.loads((run / "manifest.json").read_text())["arms"]["stock"]["server_argv"]
+    assert "--enable-prefix-caching" in argv and argv[argv.index("--max-num-seqs") + 1] == "2"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run"]["concurrency"] == [1, 2] and summary["run"]["route"] == "primed"
+    assert [(r["depth"], r["concurrency"]) for r in summary["load"]] == [(128, 1), (128, 2)]
+    assert all(r["step_ms"] > 0 and r["tokens_per_s"] > 0 for r in summary["load"])
     report = (run / "report.md").read_text()
-    assert "2 requests decoding together" in report
+    assert "c = 1, 2 requests decoding together" in report and "### c = 2" in report
+    with open(run / "summary.csv") as f:
+        assert "concurrency" in f.readline()  # the CSVs of a run above batch 1 carry c
