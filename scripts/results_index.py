@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,22 @@ def _signoff(s: dict[str, Any]) -> str:
     return "; ".join(said) or "-"
 
 
+def committed_folders(root: Path) -> list[Path]:
+    """The folders under results/ that git tracks a file in: a scratch run (the demo's, git-ignored)
+    is never indexed. Without git (an unpacked copy), every folder."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--", "results/"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(p for p in (root / "results").iterdir() if p.is_dir())
+    names = {path.split("/")[1] for path in filter(None, out.split("\0")) if path.count("/") > 1}
+    return sorted(root / "results" / n for n in names)
+
+
 def runs_table(root: Path) -> str:
-    """One row per run folder with a summary.json, in the order they started."""
-    found = [(p.name, _load(p / "summary.json")) for p in sorted((root / "results").iterdir()) if p.is_dir()]
+    """One row per committed run folder with a summary.json, in the order they started."""
+    found = [(p.name, _load(p / "summary.json")) for p in committed_folders(root)]
     summaries = sorted(((n, s) for n, s in found if s), key=lambda t: (t[1]["run"].get("started") or "", t[0]))
     lines = [
         "| folder | started (UTC) | vLLM | on | arms, reference first | each arm / reference: ratio (95 % CI), "
@@ -92,7 +106,7 @@ def _answer(a: dict[str, Any]) -> str:
 def histories_table(root: Path) -> str:
     """One row per history folder (history.json): its runs, each series' answer, its exit status."""
     lines = ["| folder | runs, in series order | each arm and depth | exit status |", "|---|---|---|---|"]
-    for p in sorted((root / "results").iterdir()):
+    for p in committed_folders(root):
         h = _load(p / "history.json")
         if not h:
             continue

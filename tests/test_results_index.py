@@ -57,8 +57,21 @@ def test_a_stale_quote_or_an_edited_table_is_named(tmp_path):
 def test_every_committed_run_with_a_summary_is_in_the_index():
     readme = (ROOT / "results" / "README.md").read_text()
     block = readme.split("<!-- results-index: runs", 1)[1].split("<!-- /results-index: runs -->", 1)[0]
-    runs = sorted(p.parent.name for p in (ROOT / "results").glob("*/summary.json"))
+    runs = sorted(p.name for p in _index().committed_folders(ROOT) if (p / "summary.json").is_file())
     assert runs and [r for r in runs if f"| `{r}/` |" not in block] == []
+
+
+def test_a_scratch_run_beside_the_committed_ones_is_not_indexed(tmp_path):
+    """The README's demo leaves a git-ignored run folder in results/: the index (and its check) reads
+    only the folders git tracks, so `demo.sh` then `test.sh` pass in that order."""
+    import subprocess
+
+    for name in ("kept", "scratch"):
+        (tmp_path / "results" / name).mkdir(parents=True)
+        (tmp_path / "results" / name / "summary.json").write_text("{}")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "results/kept/summary.json"], check=True)
+    assert [p.name for p in _index().committed_folders(tmp_path)] == ["kept"]
 
 
 def test_the_release_config_plans_the_committed_release_design():
