@@ -23,6 +23,7 @@ from typing import Any
 
 from e2e.report import tables
 from e2e.stats import outcomes
+from e2e.stats.point import Point
 from e2e.stats.verdicts import BETWEEN, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION
 
 RATIO, DECODE = "ratio_vs_depth.png", "decode_vs_depth.png"
@@ -31,7 +32,12 @@ SPAN_FOR_LOG = 3.0  # a panel whose values span more than this factor gets a log
 
 
 def _c(row: dict[str, Any]) -> int:
-    return int(row.get("concurrency") or 1)
+    return Point.of(row).concurrency
+
+
+def _grid(s: dict[str, Any]) -> bool:
+    """A run at several concurrencies: its ratio figure and caption are the grid's."""
+    return len({_c(c) for c in _pooled(s)}) > 1
 
 
 def _pooled(s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,7 +58,7 @@ def depth_label(d: int) -> str:
 
 
 def ratio_caption(s: dict[str, Any]) -> str:
-    if len({_c(c) for c in _pooled(s)}) > 1:
+    if _grid(s):
         return grid_caption(s)
     kinds = {c.get("ci_kind") for c in _pooled(s)}
     what = (
@@ -147,8 +153,7 @@ def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
     if DECODE in drawn(s):
         out.append(_decode(s, root / DECODE))
     if RATIO in drawn(s):
-        grid = len({_c(c) for c in _pooled(s)}) > 1
-        out.append((_ratio_grid if grid else _ratio)(s, root / RATIO))
+        out.append((_ratio_grid if _grid(s) else _ratio)(s, root / RATIO))
     return out
 
 

@@ -7,15 +7,16 @@ from typing import Any
 
 from e2e.report import summary as sm
 from e2e.report.tables import render_markdown
+from e2e.stats.point import Point
 
 
 def concurrencies(s: dict[str, Any]) -> list[int]:
     """The concurrencies a run's points span ([1] for a run at batch 1 only)."""
-    return sorted({int(c.get("concurrency") or 1) for c in s["cells"]}) or [1]
+    return sorted({Point.of(c).concurrency for c in s["cells"]}) or [1]
 
 
 def per_c(rows: list[dict[str, Any]], c: int) -> list[dict[str, Any]]:
-    return [r for r in rows if int(r.get("concurrency") or 1) == c]
+    return [r for r in rows if Point.of(r).concurrency == c]
 
 
 def load(s: dict[str, Any]) -> list[str]:
