@@ -11,6 +11,7 @@ from e2e.design.plan import Cell, make_plan
 from e2e.errors import UserError
 from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, server_facts
 from e2e.serve.launch import server_spec
+from e2e.stats.point import Point
 
 BASE = {"model": {"path": "m"}, "workload": {"depths": [256, 1024]}, "arms": [{"name": "a"}, {"name": "b"}]}
 
@@ -132,3 +133,34 @@ def test_a_round_counts_only_when_its_requests_decoded_together_from_the_cache()
         _row(64, bad="completion_tokens 3 != 64"), 4, 64, 256, 128
     )
     assert "engine-step histogram" in round_problem({"requests": [], "server": {}}, 4, 64, 256, 128)
+
+
+def test_a_history_of_grid_runs_draws_a_panel_per_point_not_per_depth(tmp_path, monkeypatch):
+    """history.png: a series is one arm at one point, so c = 1 and c = 4 at one depth are two panels
+    (keyed by depth alone they were drawn as one)."""
+    from e2e.report import figures, tables
+
+    panels = []
+    real = tables.new_panels
+    monkeypatch.setattr(
+        tables, "new_panels", lambda w, h, nrow, ncol: panels.append((nrow, ncol)) or real(w, h, nrow, ncol)
+    )
+    run = {"run": "r", "vllm": "0.32.0", "time_order": 1, "started": "2026-12-03T10:00", "finished": True}
+    rows = [
+        {
+            **run,
+            "order": i,
+            "series": 0,
+            "arm": "a",
+            "estimate_ms": 10.0 + c,
+            "ci_lo_ms": 9.0,
+            "ci_hi_ms": 20.0,
+            "ci_kind": "between-server",
+            "n_cells": 2,
+            **Point(256, c).fields(),
+        }
+        for i in (0, 1)
+        for c in (1, 4)
+    ]
+    assert figures.history_figure(rows, [], "version", tmp_path / "h.png") is not None
+    assert panels == [(1, 2)]

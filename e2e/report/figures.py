@@ -370,17 +370,17 @@ def history_figure(
     """A panel per (series, arm, depth); None (no file) when no run has an estimate. answers: each
     series' answer (history.history), which titles a panel without a step (no change point, or
     cannot tell)."""
-    said = {(a["series"], a["arm"], a["depth"]): a["decision"] for a in answers or []}
-    keys = sorted({(r["series"], r["arm"], r["depth"]) for r in rows if r.get("estimate_ms") is not None})
+    said = {(a["series"], a["arm"], Point.of(a)): a["decision"] for a in answers or []}
+    keys = sorted({(r["series"], r["arm"], Point.of(r)) for r in rows if r.get("estimate_ms") is not None})
     if not keys:
         return None
     runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r["finished"]) for r in rows})
     arm_rows = list(dict.fromkeys((k[0], k[1]) for k in keys))
-    depths = sorted({k[2] for k in keys})
+    points = sorted({k[2] for k in keys})
     fig, axes = tables.new_panels(
-        max(4.2 * len(depths), 0.9 * len(runs) * len(depths)), 3.4 * len(arm_rows), len(arm_rows), len(depths)
+        max(4.2 * len(points), 0.9 * len(runs) * len(points)), 3.4 * len(arm_rows), len(arm_rows), len(points)
     )
-    grid = {(sa, d): axes[i * len(depths) + j] for i, sa in enumerate(arm_rows) for j, d in enumerate(depths)}
+    grid = {(sa, d): axes[i * len(points) + j] for i, sa in enumerate(arm_rows) for j, d in enumerate(points)}
     labels = [
         f"vLLM {v}\n#{t} in time\n{str(st or '')[5:16].replace('T', ' ')}" + ("" if done else "\nNOT FINISHED")
         for _, _, v, t, st, done in runs
@@ -390,7 +390,7 @@ def history_figure(
             (
                 r
                 for r in rows
-                if (r["series"], r["arm"], r["depth"]) == (series, arm, d) and r.get("estimate_ms") is not None
+                if (r["series"], r["arm"], Point.of(r)) == (series, arm, d) and r.get("estimate_ms") is not None
             ),
             key=lambda r: r["order"],
         )
@@ -410,7 +410,7 @@ def history_figure(
                 mfc="C0" if r.get("ci_kind") == BETWEEN else "white",
             )
         for st in steps:
-            if (st["series"], st["arm"], st["depth"]) != (series, arm, d):
+            if (st["series"], st["arm"], Point.of(st)) != (series, arm, d):
                 continue
             w = outcomes.latency(st["decision"])
             x = next(r["order"] for r in pts if r["run"] == st["first_run"]) - 0.5
@@ -428,9 +428,10 @@ def history_figure(
             )
         ax.set_xticks([o for o, *_ in runs], labels, fontsize=6)
         ax.set_xlim(-0.5, len(runs) - 0.5)
-        stepped = any(st["series"] == series and st["arm"] == arm and st["depth"] == d for st in steps)
+        stepped = any(st["series"] == series and st["arm"] == arm and Point.of(st) == d for st in steps)
         answer = "" if stepped else QUIET.get(said.get((series, arm, d), ""), "")
-        ax.set_title(f"series {series}: {arm} @ {depth_label(d)}{answer}", fontsize=9)
+        at_c = "" if d.concurrency == 1 else f", c = {d.concurrency}"  # a grid run's series is a point
+        ax.set_title(f"series {series}: {arm} @ {depth_label(d.depth)}{at_c}{answer}", fontsize=9)
         ax.set_ylabel("decode ms/token")
         ax.grid(alpha=0.3)
     fig.suptitle(
