@@ -16,6 +16,7 @@ them. A benchmark that prints figures, not a test:
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--depths", help="comma-separated; default: the config's")
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--log", help="the server's log; default: a file in the system's temp folder (printed)")
     a = ap.parse_args(argv)
     cs = sorted({int(x) for x in a.concurrency.split(",")})
     cfg = load_config(a.config, {"workload.concurrency": [max(cs)], "workload.rounds": a.rounds})
@@ -60,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     wl, arm = cfg.workload, cfg.arms[0]
     sampler = TokenSampler.for_model(cfg.model.path, wl.seed, cfg.model.vocab_size)
     spec = server_spec(cfg, arm, None)
-    log = Path("route_check.server.log")
+    # Never the working folder: a log there ends up committed by whoever runs this from the repo.
+    log = Path(a.log) if a.log else Path(tempfile.mkstemp(prefix="route_check.", suffix=".server.log")[1])
+    print(f"server log: {log}")
     with VllmServer(spec, log, cfg.server.startup_timeout_s, cfg.server.stop_timeout_s, api_key=session_api_key()) as s:
         print(f"server up in {s.startup_s:.0f} s ({' '.join(spec.argv(0)[3:])})")
         for d in depths:
