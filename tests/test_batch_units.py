@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.analysis import stalls
+from e2e.analysis.run_analysis import RunAnalysis
 from e2e.cli import main
 from e2e.design.config import batch_warnings, parse_config
 from e2e.design.plan import Cell, make_plan
 from e2e.errors import UserError
 from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, server_facts
 from e2e.serve.launch import server_spec
+from e2e.stats import stall
 from e2e.stats.point import Point
+from tests.support import ROOT
 
 BASE = {"model": {"path": "m"}, "workload": {"depths": [256, 1024]}, "arms": [{"name": "a"}, {"name": "b"}]}
 
@@ -164,3 +168,55 @@ def test_a_history_of_grid_runs_draws_a_panel_per_point_not_per_depth(tmp_path, 
     ]
     assert figures.history_figure(rows, [], "version", tmp_path / "h.png") is not None
     assert panels == [(1, 2)]
+
+
+def _timed(n, gap_s, step_s=0.02, c=4):
+    """A counted round at concurrency c with the server's per-request times: decode of n - 1 steps and
+    `gap_s` of e2e that neither TTFT nor decode explains."""
+    ttft, dec = 0.1, step_s * (n - 1)
+    return {
+        **_row(n),
+        "cell_id": "x",
+        "depth": 256,
+        "concurrency": c,
+        "n_tokens": n,
+        "server_ttft_s": ttft,
+        "server_decode_s": dec,
+        "server_e2e_s": ttft + dec + gap_s,
+    }
+
+
+def test_a_round_the_server_held_past_its_decode_is_refused_and_says_to_lengthen_the_short_one():
+    """The H200's 8K x 32 stall (results/h200-load-tp1): 8-token rounds held 0.36 s past TTFT +
+    decode. Half a step of unexplained time is the line: below it a round counts."""
+    assert round_problem(_timed(8, 0.009), 4, 8, 256, 128) is None  # 0.45 step
+    why = round_problem(_timed(8, 0.362), 4, 8, 256, 128)
+    assert "held the answers 362 ms past TTFT + decode (18.1 steps)" in why and "short_tokens" in why
+    assert round_problem(_timed(64, 0.011), 4, 64, 256, 128) is not None  # 0.55 step, at either length
+    assert stall.stall_problem({"server_decode_s": 0.1}, 8) is None  # nothing to judge without e2e/TTFT
+
+
+def test_rows_measured_before_the_stall_check_are_refused_when_read_and_a_cell_left_without_a_length_is_out():
+    rows = [_timed(64, 0.001), _timed(8, 0.362), _timed(64, 0.0), _timed(8, 0.0005)]
+    kept, unusable, notes = stalls.refuse_stalled({"x": rows}, (64, 8))
+    assert kept["x"] == [rows[0], rows[2], rows[3]] and unusable == set()
+    assert notes == [
+        "x: 1 round(s) of 8 tokens refused: the server held the answers a median 362 ms past TTFT + decode "
+        "(e2e/stats/stall.py)"
+    ]
+    kept, unusable, notes = stalls.refuse_stalled({"x": rows[:3]}, (64, 8))
+    assert unusable == {"x"} and "the cell is left out" in notes[0]
+    batch1 = [dict(r, concurrency=1) for r in rows]  # batch 1 is measure.py's, not this check's
+    assert stalls.refuse_stalled({"x": batch1}, (64, 8)) == ({"x": batch1}, set(), [])
+
+
+def test_the_committed_grid_leaves_out_exactly_its_stalled_cells():
+    """results/h200-load-tp1 was measured before the check: its FA3 cells at 8K x 16 and 8K x 32 had
+    every 8-token round stalled; nothing else there trips it."""
+    a = RunAnalysis(ROOT / "results" / "h200-load-tp1")
+    out = sorted(w.split(":")[0] for w in a.warnings if "past TTFT + decode" in w)
+    assert out == ["p1-d8192-c16-stock", "p1-d8192-c32-stock", "p2-d8192-c16-stock"]
+    assert all("left out" in w for w in a.warnings if "past TTFT + decode" in w)
+    verdict = {(c["depth"], c.get("concurrency", 1)): c["decision"] for c in a.comparisons if c["pass"] is None}
+    assert verdict[(8192, 16)] == verdict[(8192, 32)] == "insufficient data"
+    assert verdict[(8192, 4)] == "slower"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from e2e.analysis import load, routing_table, run_folder, slots, startups, wall_clock
+from e2e.analysis import load, routing_table, run_folder, slots, stalls, startups, wall_clock
 from e2e.analysis.estimator import bookends_under, choose_estimator
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
@@ -47,11 +47,14 @@ class RunAnalysis:
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in counted_requests(list(self.cell_rows.values()), record.requests):
             by_cell[r["cell_id"]].append(r)
-        self.requests_of = dict(by_cell)  # cell id -> its counted request rows
+        kept, stalled, stall_notes = stalls.refuse_stalled(dict(by_cell), (self.n_long, self.n_short))
+        by_cell = defaultdict(list, kept)
+        self.warnings.extend(stall_notes)
+        self.requests_of = kept  # cell id -> its counted request rows
         self._design()
-        ok = {cid: c for cid, c in self.cell_rows.items() if c.get("status") == "ok"}
+        ok = {cid: c for cid, c in self.cell_rows.items() if c.get("status") == "ok" and cid not in stalled}
         for cid, c in self.cell_rows.items():
-            if cid not in ok:
+            if cid not in ok and cid not in stalled:
                 what = "not measured" if c.get("status") == "skipped" else "cell failed"
                 self.warnings.append(f"{cid}: {what} ({c.get('error') or 'no reason recorded'}): left out")
         self.estimator, self.estimator_note, fell_back = choose_estimator(

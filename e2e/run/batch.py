@@ -16,9 +16,9 @@ prefix-cache queries and hits, preemptions); `server_*_s` are the per-request me
 histograms (requests overlap, so no single request's time can be told apart).
 
 A round counts only if every request is valid (the same usage checks as at batch 1), no request was
-preempted, the prefix cache served every prompt but its last block, and the engine ran at most
-n + STEP_SLACK steps: c requests that really decoded together take n steps; c that did not overlap
-take up to c x n.
+preempted, the prefix cache served every prompt but its last block, the engine ran at most
+n + STEP_SLACK steps (c requests that really decoded together take n steps; c that did not overlap
+take up to c x n), and the server did not hold the answers past their decode (e2e/stats/stall.py).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from e2e.run.measure import CellResult, TokenSampler, check_row, run_rounds
 from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
 from e2e.safety.http_read import TooLarge, exchange
 from e2e.serve.server import SERVED_NAME, ServerGone
+from e2e.stats import stall
 
 ROUTE = "primed"
 STEP_SLACK = 2  # engine steps beyond n a round may take: requests that arrive a step or two apart
@@ -104,6 +105,8 @@ def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | 
         return f"{s['steps']:.0f} engine steps for {n} tokens: the {c} requests did not decode together"
     if s.get("preemptions"):
         return f"{s['preemptions']:.0f} preemption(s) during the round"
+    if stalled := stall.stall_problem(row, n):
+        return stalled
     if block is not None and s.get("prefix_hits") is not None:
         need = c * cached_tokens(depth, block)
         if s["prefix_hits"] < need:
