@@ -1,6 +1,6 @@
 """No hang, bounded memory (issue 35 items 10, 11): an answer is read within one deadline for the
 whole exchange and up to a size limit (e2e/safety/http_read.py), for a completion (batch 1 and c),
-a /metrics scrape and the readiness wait.
+a /metrics scrape, the /health check after a failed request and the readiness wait.
 
 Against a STAND-IN (http.server in a thread): a real server cannot be made to trickle its answer a
 byte at a time, announce 2 GB or flood /metrics on demand. Each trickle stops after TRICKLE_S, so
@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from e2e.run import metrics
+from e2e.run import measure, metrics
 from e2e.run.batch import BatchClient
 from e2e.run.measure import CellClient
 from e2e.safety import http_read
@@ -165,6 +165,19 @@ def test_a_trickled_health_answer_cannot_outlive_the_startup_timeout(hostile, tm
     finally:
         srv.proc.kill()
         srv.proc.wait()
+
+
+@pytest.mark.parametrize("mode", ["trickle", "trickle-head", "announce-2gb"])
+def test_a_trickled_or_huge_health_answer_is_unhealthy_within_its_deadline(hostile, monkeypatch, mode):
+    # was: httpx's timeout bounded each read only: a byte every 0.2 s read as healthy, after 6 s
+    monkeypatch.setattr(measure, "HEALTH_TIMEOUT_S", 1.0, raising=False)
+    Hostile.get = mode
+    client = CellClient(hostile, "k", request_timeout_s=1.0)
+    healthy, took = _timed(client.healthy)
+    assert healthy is False and took < 2.5
+    Hostile.get = "ok"
+    assert client.healthy() is True
+    client.close()
 
 
 def test_exchange_limits_and_deadline_directly(hostile):

@@ -104,7 +104,7 @@ def test_its_own_cluster_is_loopback_only_and_token_authenticated_and_sigterm_is
         # Every process of the cluster can be found once the driver is gone: by the owner in its
         # environment, or (Ray's agents overwrite theirs with their title) by the cluster's record.
         record = live_servers.cluster_record_path(driver)
-        recorded = {pid for pid, _ in json.loads(record.read_text())["pids"]}
+        recorded = {e["pid"] for e in json.loads(record.read_text())["procs"]}
         owned = {x.pid for x in owned_by(driver)} | recorded
         unfound = [x for x in cluster if x.pid not in owned and x.is_running()]
         assert not unfound, [(x.pid, x.name(), x.cmdline()[:3]) for x in unfound]

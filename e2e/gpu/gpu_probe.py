@@ -9,17 +9,16 @@ be had (no violation or energy counters there). No GPU, no driver, neither tool:
 Every reading has a deadline (DEADLINE_S): a wedged driver blocks an NVML call in C, where nothing
 can interrupt it, so the reading runs on a daemon thread that is left behind when it does not answer,
 and the probe says so in every later sample instead of calling into the driver again. nvidia-smi runs
-in a session of its own, its output read to at most SMI_MAX_BYTES within the deadline, and its group
-killed past either; output that is not UTF-8 is a failed reading, one line, never a traceback.
+bounded (e2e/safety/bounded_run.py: its output read to at most SMI_MAX_BYTES within the deadline,
+its group killed past either); output that is not UTF-8 is a failed reading, one line, never a
+traceback.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import selectors
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from e2e.serve.server import stop_group
+from e2e.safety.bounded_run import run_text
 
 DEADLINE_S = 15.0  # one reading, or opening the backend (NVML answers in milliseconds)
 SMI_MAX_BYTES = 1 << 20  # nvidia-smi's CSV for eight GPUs and their processes is a few KB
@@ -191,16 +190,7 @@ class _Smi:
         self.ids = [{k: by[s][k] for k in ("index", "uuid", "name")} for s in selectors]
 
     def _query(self, *args: str) -> list[list[str]]:
-        code, out, err = run_bounded([self.exe, *args, "--format=csv,noheader,nounits"], DEADLINE_S, SMI_MAX_BYTES)
-        try:
-            stdout, stderr = out.decode(), err.decode()
-        except UnicodeDecodeError as exc:
-            raise RuntimeError(
-                f"printed bytes that are not UTF-8 ({exc.object[exc.start : exc.start + 1]!r})"
-            ) from None
-        if code != 0:
-            lines = (stderr or stdout).strip().splitlines()
-            raise RuntimeError(lines[-1][:200] if lines else f"exit {code}")
+        stdout = run_text([self.exe, *args, "--format=csv,noheader,nounits"], DEADLINE_S, SMI_MAX_BYTES)
         return [[c.strip() for c in line.split(",")] for line in stdout.strip().splitlines() if line.strip()]
 
     def _gpus(self) -> list[dict[str, Any]]:
@@ -238,46 +228,6 @@ class _Smi:
 
     def close(self) -> None:
         pass
-
-
-def run_bounded(argv: list[str], timeout: float, limit: int) -> tuple[int, bytes, bytes]:
-    """argv's exit status, stdout and stderr, each read to at most `limit` bytes within `timeout` s.
-    Past either, its process group (a session of its own) is killed and RuntimeError says which:
-    a tool that floods or hangs costs one failed reading, never the harness's memory or time."""
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    fds = (proc.stdout.fileno(), proc.stderr.fileno())
-    got = {fd: bytearray() for fd in fds}
-    deadline = time.monotonic() + timeout
-    try:
-        with selectors.DefaultSelector() as sel:
-            for fd in got:
-                sel.register(fd, selectors.EVENT_READ)
-            while sel.get_map():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"did not answer within {timeout:g} s")
-                for key, _ in sel.select(left):
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        sel.unregister(key.fileobj)
-                    elif len(got[key.fd]) + len(chunk) > limit:
-                        raise RuntimeError(f"printed more than {limit} bytes")
-                    else:
-                        got[key.fd] += chunk
-        code = proc.wait(max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        stop_group(proc, 0.0)
-        raise RuntimeError(f"did not exit within {timeout:g} s") from None
-    except BaseException:
-        stop_group(proc, 0.0)
-        raise
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
-    return code, bytes(got[fds[0]]), bytes(got[fds[1]])
 
 
 class Wedged(RuntimeError):

@@ -24,8 +24,11 @@ from e2e.design.config import WorkloadCfg
 from e2e.errors import UserError
 from e2e.run import metrics
 from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
-from e2e.safety.http_read import TooLarge, exchange
+from e2e.safety.http_read import TooLarge, exchange, get
 from e2e.serve.server import SERVED_NAME, ServerGone
+
+HEALTH_TIMEOUT_S = 5.0  # the whole /health exchange, asked after a 5xx: is the engine still there?
+HEALTH_MAX_BYTES = 1 << 16  # vLLM answers an empty body
 
 
 class TokenSampler:
@@ -105,10 +108,11 @@ class CellClient:
         # at 32K tokens (a ~180 KB body) it costs ~0.4 ms less client CPU per request than httpcore
         # (httpx's transport), and httpx's own models ~1 ms more (python -m e2e.run.bench_overhead).
         url = urlsplit(base_url)
+        self._base_url, self._auth = base_url, {"Authorization": f"Bearer {api_key}"}
         self._conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=request_timeout_s)
         self._timeout_s = request_timeout_s
         self._path = url.path.rstrip("/") + "/v1/completions"
-        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._headers = {**self._auth, "Content-Type": "application/json"}
         self._snap: metrics.Snapshot | None = None
 
     def resync(self) -> None:
@@ -127,10 +131,12 @@ class CellClient:
             self._conn.close()
 
     def healthy(self) -> bool:
+        """/health answers 200 within HEALTH_TIMEOUT_S in all (a trickled answer is cut there)."""
         try:
-            return self.http.get("/health", timeout=5.0).status_code == 200
-        except httpx.HTTPError:
+            status, _ = get(self._base_url, "/health", self._auth, HEALTH_TIMEOUT_S, HEALTH_MAX_BYTES)
+        except (OSError, http.client.HTTPException, TooLarge):
             return False
+        return status == 200
 
     def complete(self, prompt: list[int], n: int) -> dict[str, Any]:
         # Encoded before the clock starts, without spaces: a 32K-token prompt is ~180 KB of JSON.

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from e2e.safety.bounded_run import run_text
 from e2e.safety.redact import REDACTED, SECRET_NAME, redact_args, redact_env  # noqa: F401 (re-exported)
 
 # Variables worth recording; the rest of the environment is noise (and a leak risk).
@@ -73,20 +74,25 @@ def installation(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
         return {"error": repr(exc), "executable": python}
 
 
+SMI_DEADLINE_S = 30.0  # nvidia-smi answers in well under a second; a wedged driver never does
+SMI_MAX_BYTES = 1 << 20  # a line per GPU: a few hundred bytes
+
+
 def gpu_driver() -> dict[str, Any]:
+    """The GPUs nvidia-smi lists, with their driver: {} without nvidia-smi; {"nvidia_smi_error": why}
+    when it fails, hangs, floods or prints what is not its CSV (bounded: e2e/safety/bounded_run.py)."""
+    argv = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
     try:
-        r = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if r.returncode == 0:
-            rows = [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines()]
-            return {"nvidia_smi": [{"name": a, "driver": b, "memory": c} for a, b, c in rows]}
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        pass
-    return {}
+        out = run_text(argv, SMI_DEADLINE_S, SMI_MAX_BYTES)
+    except FileNotFoundError:
+        return {}
+    except (OSError, RuntimeError) as exc:
+        return {"nvidia_smi_error": str(exc)[:200]}
+    try:
+        rows = [[x.strip() for x in line.split(",")] for line in out.strip().splitlines()]
+        return {"nvidia_smi": [{"name": a, "driver": b, "memory": c} for a, b, c in rows]}
+    except ValueError:
+        return {"nvidia_smi_error": f"not the CSV asked for: {out.strip()[:200]!r}"}
 
 
 def git_commit(repo: Path) -> dict[str, Any]:

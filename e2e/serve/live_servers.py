@@ -18,7 +18,7 @@ key found by its digest: the key itself is never written) and the record removed
 never trusted to name what to kill: e2e/serve/server_proof.py says what the process must prove.
 
 A Ray cluster the run starts is also recorded (e2e/serve/cluster_record.py: each process's pid and
-start time): Ray's agents overwrite their environment with their process title, so no marker can
+start ticks, boot id and pid namespace): Ray's agents overwrite their environment with their process title, so no marker can
 be read back from them.
 
 stop_orphans() runs at every start and --resume before anything is measured (e2e/run/session.py): an

@@ -68,8 +68,8 @@ def same_process(pid: int, ticks: object) -> bool:
 
 def still(pid: int, started: float) -> psutil.Process | None:
     """The process `pid` if it is still the one that started at `started` (pids are reused).
-    Wall-clock: what a Ray cluster's record holds (e2e/serve/cluster_record.py); a clock step
-    makes a process look gone here, never another one look like it."""
+    Wall-clock: all that a record of the earlier format holds (a live server's, a Ray cluster's);
+    a clock step makes a process look gone here, never another one look like it."""
     try:
         p = psutil.Process(pid)
         return p if abs(p.create_time() - started) < _SAME_START_S else None
