@@ -178,13 +178,16 @@ def test_a_prefill_time_that_is_not_the_requests_own_is_flagged():
     assert any(w.startswith("estimator check") for w in corr.warnings)
 
 
-def test_a_missing_prefill_time_gives_no_corrected_value():
+def test_a_missing_prefill_time_drops_its_request_not_the_corrected_value():
     rows = rows_with_prefill(11.4)
     rows[3]["server_prefill_s"] = None
     from e2e.stats.estimate import estimator_ms
 
-    assert estimator_ms(rows, L, S, "prefill-corrected") is None
+    whole = estimator_ms(rows_with_prefill(11.4), L, S, "prefill-corrected")
+    assert estimator_ms(rows, L, S, "prefill-corrected") == pytest.approx(whole, rel=0.01)
     assert estimator_ms(rows, L, S, "client") is not None
+    cs = stats.cell_stats(rows, L, S, estimator="prefill-corrected")  # the round stays, aligned with the client's
+    assert cs.n_valid_long + cs.n_valid_short == len(rows) - 1 and cs.client_agrees is True
 
 
 @pytest.mark.parametrize("n", [3, 6, 10, 30])

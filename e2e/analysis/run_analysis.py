@@ -57,14 +57,14 @@ class RunAnalysis:
             if cid not in ok and cid not in stalled:
                 what = "not measured" if c.get("status") == "skipped" else "cell failed"
                 self.warnings.append(f"{cid}: {what} ({c.get('error') or 'no reason recorded'}): left out")
-        self.estimator, self.estimator_note, fell_back = choose_estimator(
-            self.estimator_setting, ok, by_cell, self.n_long, self.n_short
-        )
-        if fell_back:
-            self.warnings.append(fell_back)
-        self._cell_stats(ok, by_cell)
-        # a bookend tests the values the run decided on (the runner could only test the client's)
-        self.cell_rows = bookends_under(self.cell_rows, record.requests, self.estimator, self.n_long, self.n_short)
+        choice = choose_estimator(self.estimator_setting, ok, by_cell, self.n_long, self.n_short, self.min_effect_pct)
+        self.estimator, self.estimator_note = choice.name, choice.note
+        self.estimator_by_point = choice.rows()  # per arm and point: which estimator and why
+        if choice.warning:
+            self.warnings.append(choice.warning)
+        self._cell_stats(ok, choice.cells)
+        # a bookend tests the values its cells were decided on (the runner could only test the client's)
+        self.cell_rows = bookends_under(self.cell_rows, record.requests, choice.estimator_of, self.n_long, self.n_short)
         self.bookends = bookends.server_flags(self.cell_rows.values())
         self.fit = vm.fit(
             [(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()],
@@ -108,12 +108,13 @@ class RunAnalysis:
         self.points: list[Point] = sorted({Point.of(c) for c in rows})
         self.passes: list[int] = sorted({c["pass"] for c in rows})
 
-    def _cell_stats(self, ok: dict[str, dict[str, Any]], by_cell: dict[str, list[dict[str, Any]]]) -> None:
-        """(arm, point, pass) -> CellStats for the finished cells, and the server (key and attempt) of each."""
+    def _cell_stats(self, ok: dict[str, dict[str, Any]], chosen: dict[str, stats.CellStats]) -> None:
+        """(arm, point, pass) -> CellStats (under its arm and point's estimator) for the finished cells,
+        and the server (key and attempt) of each."""
         self.cells: dict[Key, stats.CellStats] = {}
         self.server_of: dict[Key, str] = {}
         for cid, c in ok.items():
-            cs = stats.cell_stats(by_cell.get(cid, []), self.n_long, self.n_short, estimator=self.estimator)
+            cs = chosen[cid]
             key = (c["arm"], Point.of(c), c["pass"])
             self.cells[key] = cs
             self.server_of[key] = f"{c.get('server_key') or cid}#{c.get('attempt')}"

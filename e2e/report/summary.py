@@ -356,6 +356,7 @@ def run_facts(a: Any) -> dict[str, Any]:
         "estimator": a.estimator,
         "estimator_note": a.estimator_note,
         "estimator_definition": estimate.describe(a.estimator, a.n_long, a.n_short),
+        "estimator_by_point": a.estimator_by_point,  # per arm and point: which estimator and why
         "gpu_time": a.gpu_time(),
         "git": m.get("git"),
         "code": identity.describe(m),

@@ -265,6 +265,7 @@ def _record_estimator(store: RunStore, run: dict[str, Any]) -> None:
             "name": run.get("estimator"),
             "why": run.get("estimator_note"),
             "definition": run.get("estimator_definition"),
+            "by_point": run.get("estimator_by_point"),  # per arm and point: which one and why
         }
     )
 

@@ -12,6 +12,7 @@ __all__ = [
     "outcomes",
     "planning",
     "point",
+    "prefill_guard",
     "signoff",
     "stall",
     "variance_model",

@@ -86,7 +86,8 @@ def round_values(
     rows: Iterable[dict[str, Any]], n_long: int, n_short: int, estimator: str = CLIENT
 ) -> tuple[np.ndarray, np.ndarray]:
     """Y (s) per round under `estimator`: arrays (long, short) indexed by round, NaN where the round
-    has no valid row of that length (or no Y). Rows without a 'round' key pair in order of arrival."""
+    has no valid row of that length (or no Y). Every round with a valid row is kept, so the arrays of
+    two estimators align round by round. Rows without a 'round' key pair in order of arrival."""
     value = request_value(estimator)
     by_round: dict[int, dict[int, float]] = {}
     counts = {n_long: 0, n_short: 0}
@@ -98,9 +99,12 @@ def round_values(
         if rnd is None:
             rnd = counts[n]
         counts[n] += 1
-        y = value(r) if r.get("valid") else None
+        if not r.get("valid"):
+            continue
+        y = value(r)  # None: the row lacks the estimator's value (a missing prefill time): NaN, the round stays
+        rv = by_round.setdefault(int(rnd), {})
         if y is not None:
-            by_round.setdefault(int(rnd), {})[n] = float(y)
+            rv[n] = float(y)
     keys = sorted(by_round)
     long_ = np.array([by_round[k].get(n_long, np.nan) for k in keys], dtype=float)
     short = np.array([by_round[k].get(n_short, np.nan) for k in keys], dtype=float)

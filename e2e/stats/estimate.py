@@ -8,7 +8,8 @@ spellings (the estimators; the run's manifest and report name the one that decid
 
 * "client": Y = the client's wall time of the request. The seed's definition, kept in every row
   and report as the check.
-* "prefill-corrected" (the default where the server's timings exist): Y = client wall time minus
+* "prefill-corrected" (where the prefill guard trusts the server's timings, per arm and point:
+  e2e/stats/prefill_guard.py): Y = client wall time minus
   the server's own prefill time of that request (`server_prefill_s`, vLLM's
   request_prefill_time_seconds delta). Prefill has the same length in both requests, so the
   expectation is the client's; but at 32K a prefill takes ~2.7 s and its jitter (4-9 ms sd on the
@@ -29,10 +30,13 @@ from typing import Any
 
 CLIENT, CORRECTED = "client", "prefill-corrected"
 ESTIMATORS = (CLIENT, CORRECTED)
+MIXED = "per point"  # a run whose arms and points did not all get the same one (e2e/stats/prefill_guard.py)
 DESCRIPTION = {
     CLIENT: "(median T{L} - median T{S}) / {D} of the client's wall times",
     CORRECTED: "(median Y{L} - median Y{S}) / {D}, Y = client wall time minus the server's prefill "
     "time of the same request",
+    MIXED: "(median Y{L} - median Y{S}) / {D}, Y = client wall time minus the server's prefill time where "
+    "the prefill guard trusts it, the client wall time elsewhere (per arm and point: the estimator line)",
 }
 
 
@@ -70,14 +74,11 @@ def differenced_ms(long_vals: list[float], short_vals: list[float], n_long: int,
 
 
 def estimator_ms(rows: Iterable[dict[str, Any]], n_long: int, n_short: int, estimator: str) -> float | None:
-    """The cell's estimate under `estimator` from its valid rows; None when a length has no value
-    (for "prefill-corrected": when any valid row lacks the server's prefill time)."""
+    """The cell's estimate under `estimator` from its valid rows; None when a length has no value.
+    A row without the estimator's value (a missing server prefill time) drops that request only."""
     f = request_value(estimator)
     rows = [r for r in rows if r["valid"]]
-    vals = {n: [f(r) for r in rows if r["n_tokens"] == n] for n in (n_long, n_short)}
-    if any(v is None for vs in vals.values() for v in vs):
-        return None
-    known = {n: [v for v in vs if v is not None] for n, vs in vals.items()}  # all of them: typed float
+    known = {n: [v for v in (f(r) for r in rows if r["n_tokens"] == n) if v is not None] for n in (n_long, n_short)}
     return differenced_ms(known[n_long], known[n_short], n_long, n_short)
 
 
