@@ -47,6 +47,7 @@ from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
+PROPORTIONAL = ex.PROPORTIONAL  # the excess model a report names
 
 
 @dataclass(frozen=True)
