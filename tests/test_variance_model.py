@@ -168,6 +168,5 @@ def test_the_cell_excess_grows_with_the_noise_when_the_likelihood_says_so_and_pl
 def test_at_one_point_the_two_excess_models_are_one_and_no_choice_is_stated():
     rng = np.random.default_rng(3)
     f = vm.fit(per_arm_pass(rng, k=4, depths=(1,), sd_server=0.01, sd_cell=0.005))
-    d = f.to_dict()
-    assert f.excess.model == "one for every point" and d["cell_excess"]["rule"] is None
-    assert "sd_cell_excess" not in d["groups"][0]
+    assert f.excess.model == "one for every point" and f.excess.to_dict()["rule"] is None
+    assert f.design.weights is None and f.tau2_at(1) == f.tau2
