@@ -133,6 +133,19 @@ def test_target_ci_stop_rule():
     assert rule(bare) is True
 
 
+def test_target_ci_stop_rule_judges_the_estimator_that_decides():
+    # a jittery prefill the server reports: the client's interval is wide, the corrected one narrow
+    rows = rows_with_prefill(30.0, rounds=8, prefill_sd=0.02, decode_sd=0.0002, seed=4)
+    cfg = SimpleNamespace(workload=_cfg(1.0).workload, stats=SimpleNamespace(estimator="auto"))
+    assert stats.cell_stats(rows, L, S).half_width_rel * 100 > 1.0
+    assert stats.target_ci_stop_rule(cfg)(rows) is True
+    # stats.estimator = "client", or a row without the server's prefill time: the client's width
+    client = SimpleNamespace(workload=cfg.workload, stats=SimpleNamespace(estimator="client"))
+    assert stats.target_ci_stop_rule(client)(rows) is False
+    gap = [dict(r, server_prefill_s=None) if i == 3 else r for i, r in enumerate(rows)]
+    assert stats.target_ci_stop_rule(cfg)(gap) is False
+
+
 # -- the estimator and the robust noise (issue 21) --------------------------------------------------
 def rows_with_prefill(tpt_ms, rounds=8, prefill_sd=0.02, decode_sd=0.0005, seed=0, gap_s=0.0):
     """Rows whose client time carries a jittery prefill that the server reports (server_prefill_s);

@@ -137,3 +137,36 @@ def test_the_committed_reference_run_resolves_a_percent_at_32k():
     assert hw < 1.0, hw
     plain = vm.fit(_h200_cells("h200-reference-tp1", "client")).contrast("widened", "stock", 32768)
     assert plain.se > 2 * e.se
+
+
+def _growing(seed, excess):
+    from e2e.stats import simulation as sim_
+
+    rg = sim_.Regime("t", 0.002, excess, (0.001, 0.002, 0.005), min_effect=1.0)
+    cells = sim_.Sim(seed=seed, pool=40).experiment(rg, 6, {"ref": {}, "arm": {}})
+    return vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells])
+
+
+def test_the_cell_excess_grows_with_the_noise_when_the_likelihood_says_so_and_planning_keeps_it():
+    from e2e.stats import planning
+
+    f = _growing(11, (0.0005, 0.002, 0.012))
+    assert f.excess.model == vm.PROPORTIONAL and f.excess.gain > 0
+    pts = sorted({c.point for c in f.design.cells})
+    assert f.tau2_at(pts[0]) < f.tau2_at(pts[-1]) == pytest.approx(f.tau2)
+    d = f.to_dict()
+    assert d["cell_excess"]["model"] == vm.PROPORTIONAL and all("sd_cell_excess" in g for g in d["groups"])
+    comp = planning.Components.from_dict(d, "test")  # the prior of a later --dry-run
+    assert comp.weights == pytest.approx(f.design.weights) and planning.Components.of(f).weights == f.design.weights
+    # one design, both readings: the same predicted se at 32K
+    cells = planning.hypothetical_cells(["ref", "arm"], pts, 3, {p: 6 for p in pts}, True)
+    a = planning.predict(comp, cells, "ref", [("arm", pts[-1])])
+    b = planning.predict(planning.Components.of(f), cells, "ref", [("arm", pts[-1])])
+    assert a[("arm", pts[-1])][0] == pytest.approx(b[("arm", pts[-1])][0], rel=1e-9)
+
+
+def test_at_one_point_the_two_excess_models_are_one_and_no_choice_is_stated():
+    rng = np.random.default_rng(3)
+    f = vm.fit(per_arm_pass(rng, k=4, depths=(1,), sd_server=0.01, sd_cell=0.005))
+    assert f.excess.model == "one for every point" and f.excess.to_dict()["rule"] is None
+    assert f.design.weights is None and f.tau2_at(1) == f.tau2

@@ -9,6 +9,8 @@ from e2e.report import summary as sm
 from e2e.report.md_facts import executor_line
 from e2e.report.tables import num, render_markdown
 from e2e.stats import outcomes
+from e2e.stats.point import Point
+from e2e.stats.variance_model import PROPORTIONAL
 
 
 # -- verdicts -------------------------------------------------------------------------------------
@@ -49,8 +51,7 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         md += [
             f"Variance model: {vmod['components']} ({vmod['method']}) over {vmod['n_cells']} cells on "
             f"{vmod['n_servers']} servers: server sd {100 * vmod['sd_server']:.3f} %, cell excess sd "
-            f"{100 * vmod['sd_cell_excess']:.3f} %; per-value noise pooled per arm and depth (summary.json: "
-            "`variance_model`).",
+            f"{_excess(vmod)}; per-value noise pooled per arm and depth (summary.json: `variance_model`).",
             "",
         ]
     per_pass = [c for c in s["comparisons"] if c["scope"] == "pass"]
@@ -106,3 +107,18 @@ def slots(s: dict[str, Any]) -> list[str]:
         render_markdown(sm.SLOTS, [{"slot": k, **v} for k, v in per.items()]),
         "",
     ]
+
+
+def _excess(vmod: dict[str, Any]) -> str:
+    """The cell excess as the fit chose it: one for every point, or growing with the point's noise."""
+    ce = vmod.get("cell_excess") or {}
+    if ce.get("model") != PROPORTIONAL:
+        one = f"{100 * vmod['sd_cell_excess']:.3f} %"
+        return one + (
+            " (one for every point: it fits at least as well as one growing with the noise)" if ce.get("rule") else ""
+        )
+    per = {str(Point.of(g)): g["sd_cell_excess"] for g in vmod["groups"] if "sd_cell_excess" in g}
+    return (
+        ", ".join(f"{k} {100 * x:.3f} %" for k, x in per.items())
+        + f" (proportional to the point's noise: its REML likelihood exceeds one excess's by {ce['loglik_gain']:.2f} in log, AIC)"
+    )

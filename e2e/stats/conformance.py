@@ -13,16 +13,14 @@ rate is at most 5 % + 3 Monte-Carlo standard errors.
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from e2e.stats import changepoints, planning, signoff
-from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-from e2e.stats.point import Point
+from e2e.stats.conformance_adaptive import adaptive_figures
+from e2e.stats.conformance_figures import Figure, at_least, at_most, covers_one, rate, tol
 from e2e.stats.simulation import (
     ALPHA,
     DEPTHS,
@@ -38,49 +36,6 @@ from e2e.stats.simulation import (
 )
 
 
-# -- figures ------------------------------------------------------------------------------------
-@dataclass
-class Figure:
-    key: str
-    what: str
-    design: str
-    value: float
-    n: int | None = None  # experiments behind a rate (None: a computed value)
-    target: str = ""
-    ok: bool | None = None  # None: reported, no target
-
-    @property
-    def interval(self) -> tuple[float, float] | None:
-        if self.n is None:
-            return None
-        return signoff.proportion_interval(round(self.value * self.n), self.n, 0.95, "wilson")
-
-
-def tol(p: float, n: int) -> float:
-    """The stated Monte-Carlo tolerance: 3 standard errors of a rate p over n experiments."""
-    return 3 * math.sqrt(p * (1 - p) / n)
-
-
-def _rate(xs: list[bool]) -> float:
-    return float(np.mean(xs)) if xs else float("nan")
-
-
-def _at_most(key: str, what: str, design: str, xs: list[bool], p: float) -> Figure:
-    r = _rate(xs)
-    return Figure(
-        key, what, design, r, len(xs), f"<= {100 * p:g} % (+{100 * tol(p, len(xs)):.1f} MC)", r <= p + tol(p, len(xs))
-    )
-
-
-def _at_least(key: str, what: str, design: str, xs: list[bool], p: float) -> Figure:
-    return Figure(key, what, design, _rate(xs), len(xs), "always" if p == 1 else f">= {100 * p:g} %", _rate(xs) >= p)
-
-
-def _covers_one(c: v.Comparison) -> bool:
-    """The interval covers the true ratio of an A/A design (no interval: it covers nothing)."""
-    return c.ci is not None and c.ci[0] <= 1 <= c.ci[1]
-
-
 def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
     out = []
     decided = (v.SLOWER, v.FASTER)
@@ -90,7 +45,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
             fams = [family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", rg.min_effect) for _ in range(n)]
             tag = f"{name}_k{k}"
             out.append(
-                _at_most(
+                at_most(
                     f"aa_decided_{tag}",
                     '"slower"/"faster" anywhere (false, family-wise)',
                     d,
@@ -99,14 +54,28 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
                 )
             )
             out.append(
-                _at_least(
+                at_least(
                     f"aa_coverage_{tag}",
                     "95 % interval covers the true ratio (per comparison)",
                     d,
-                    [_covers_one(c) for f in fams for *_, c in f],
+                    [covers_one(c) for f in fams for *_, c in f],
                     0.93,
                 )
             )
+            for dd in DEPTHS:  # 93 %, less 3 Monte-Carlo se of n experiments
+                xs = [covers_one(c) for f in fams for _, x, c in f if x == dd]
+                r, slack = rate(xs), tol(0.95, n)
+                out.append(
+                    Figure(
+                        f"aa_coverage_{tag}_{dd}",
+                        f"95 % interval covers the true ratio at {dd // 1024}K",
+                        d,
+                        r,
+                        len(xs),
+                        f">= 93 % (-{100 * slack:.1f} MC)",
+                        r >= 0.93 - slack,
+                    )
+                )
             out.append(
                 Figure(
                     f"aa_mde_{tag}",
@@ -119,7 +88,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
     d = "A/A family, cpu, 3 arms x 3 depths, 4 servers per arm"
     fams = [family(sim.experiment(rg, 4, {"ref": {}, "a1": {}, "a2": {}}), "ref", rg.min_effect) for _ in range(n)]
     out.append(
-        _at_most(
+        at_most(
             "family_holm",
             "any false decision, Holm",
             d,
@@ -132,7 +101,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
             "family_raw",
             "any false decision, uncorrected",
             d,
-            _rate([any(c.decision_unadjusted in decided for *_, c in f) for f in fams]),
+            rate([any(c.decision_unadjusted in decided for *_, c in f) for f in fams]),
             n,
         )
     )
@@ -141,7 +110,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
         family(sim.experiment(REGIMES["h200"], 1, {"ref": {}, "arm": {}}), "ref", 1.0) for _ in range(max(10, n // 10))
     ]
     out.append(
-        _at_least(
+        at_least(
             "aa_insufficient_k1",
             '"insufficient replication"',
             d,
@@ -171,7 +140,7 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
         mde = planning.mde_pct(se, df, v.family_step(3, ALPHA), rg.min_effect)
         assert mde is not None  # the true variance is positive and the designs resolve a few %
         d = f"true change at 32K = the MDE of the true variance ({mde:.2f} %), {name}, {k} servers per arm"
-        r = _rate([at_32k(sim, rg, k, mde / 100).decision == v.SLOWER for _ in range(n)])
+        r = rate([at_32k(sim, rg, k, mde / 100).decision == v.SLOWER for _ in range(n)])
         out.append(
             Figure(
                 f"mde_power_true_{name}",
@@ -185,7 +154,7 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
         )
         med = float(np.median([at_32k(sim, rg, k, 0.0).mde_pct for _ in range(n)]))
         d = f"true change at 32K = the median printed MDE ({med:.2f} %), {name}, {k} servers per arm"
-        r = _rate([at_32k(sim, rg, k, med / 100).decision == v.SLOWER for _ in range(n)])
+        r = rate([at_32k(sim, rg, k, med / 100).decision == v.SLOWER for _ in range(n)])
         # the median printed se is below the true se, so the median printed MDE has less than 80 %
         out.append(
             Figure(
@@ -212,7 +181,7 @@ def equivalence_figures(sim: Sim, n: int) -> list[Figure]:
             for _ in range(n)
         ]
         out.append(
-            _at_most(
+            at_most(
                 f"tost_size_{name}",
                 '"equivalent" anywhere (false)',
                 d,
@@ -227,74 +196,9 @@ def equivalence_figures(sim: Sim, n: int) -> list[Figure]:
                 f"tost_power_{name}",
                 '"equivalent" (per comparison)',
                 d,
-                _rate([c.decision == v.EQUIVALENT for f in fams for *_, c in f]),
+                rate([c.decision == v.EQUIVALENT for f in fams for *_, c in f]),
                 3 * len(fams),
             )
-        )
-    return out
-
-
-# -- the adaptive stop ----------------------------------------------------------------------------
-COSTS = planning.Costs(
-    {"ref": 90.0, "arm": 90.0},
-    {(a, p): w for a in ("ref", "arm") for p, w in zip(POINTS, (2.0, 4.0, 13.0))},
-    {(a, p): r for a in ("ref", "arm") for p, r in zip(POINTS, (1.0, 2.1, 6.3))},
-)
-
-
-def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
-    """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
-    allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
-    the final fit over everything. No second look, so the stop does not select on a lucky
-    variance estimate; the coverage of the final intervals is the check."""
-    out = []
-    for name, target in (("cpu", 8.0), ("h200", 0.4)):
-        rg = REGIMES[name]
-        cover, met, extra = [], [], []
-        for _ in range(n):
-            pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
-            f = vm.fit([(a, Point(d), s, c) for a, d, s, c in pilot])
-            assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
-            existing = list(f.design.cells)
-            alloc = planning.allocate(
-                planning.Components.of(f),
-                existing,
-                ["ref", "arm"],
-                list(POINTS),
-                True,
-                COSTS,
-                target,
-                max_extra_passes=6,
-            )
-            more = [
-                x
-                for arm in ("ref", "arm")
-                for x in sim.servers(
-                    rg, arm, alloc.extra_passes, {}, {p.depth: r for p, r in alloc.rounds.items()}, tag="x"
-                )
-            ]
-            fam = family(pilot + more, "ref", rg.min_effect)
-            cover += [_covers_one(c) for *_, c in fam]
-            met.append(all(c.ci_half_width_pct is not None and c.ci_half_width_pct <= target for *_, c in fam))
-            extra.append(alloc.extra_passes)
-        d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
-        r, slack = _rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
-        out.append(
-            Figure(
-                f"adaptive_coverage_{name}",
-                "95 % interval covers the true ratio (per comparison)",
-                d,
-                r,
-                len(cover),
-                f">= 93 % (-{100 * slack:.1f} MC)",
-                r >= 0.93 - slack,
-            )
-        )
-        out.append(
-            Figure(f"adaptive_met_{name}", "every interval within the target after the second stage", d, _rate(met), n)
-        )
-        out.append(
-            Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra)))
         )
     return out
 
@@ -329,11 +233,9 @@ def history_figures(sim: Sim, n: int, runs: int = 8, k: int = 3) -> list[Figure]
     found = [any(abs(c.index - runs // 2) <= 1 and c.decision == v.SLOWER for c in s) for h in res for s in h]
     exact = [any(c.index == runs // 2 for c in s) for h in res for s in h]
     return [
-        _at_most("cp_flat", "flat history: any change point (family-wise)", d, flat, ALPHA),
-        _at_least("cp_step_found", '10 % step: a "slower" step within one run of it (per series)', d, found, 0.80),
-        Figure(
-            "cp_step_exact", "10 % step: located at exactly the right run (per series)", d, _rate(exact), len(exact)
-        ),
+        at_most("cp_flat", "flat history: any change point (family-wise)", d, flat, ALPHA),
+        at_least("cp_step_found", '10 % step: a "slower" step within one run of it (per series)', d, found, 0.80),
+        Figure("cp_step_exact", "10 % step: located at exactly the right run (per series)", d, rate(exact), len(exact)),
     ]
 
 

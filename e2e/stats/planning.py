@@ -32,6 +32,7 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as st
 
+from e2e.stats import excess as ex
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import median_variance_factor
 from e2e.stats.point import Point
@@ -93,23 +94,27 @@ class Components:
     (arm, point) and length (relative per-value variance q, its degrees of freedom nu)."""
 
     sigma2_server: float
-    tau2: float
+    tau2: float  # the cell excess (at the noisiest point when it grows with the noise)
     q: dict[tuple[str, Point], tuple[float, float]]
     nu: dict[tuple[str, Point], tuple[float, float]] = field(default_factory=dict)
     source: str = "fit"
+    weights: dict[Point, float] | None = None  # the excess's weight per point (None: one for every point)
 
     @classmethod
     def of(cls, f: vm.Fit, source: str = "fit") -> Components:
         q = {g: (float(f.noise.q[j, 0]), float(f.noise.q[j, 1])) for j, g in enumerate(f.design.groups)}
         nu = {g: (float(f.noise.nu[j, 0]), float(f.noise.nu[j, 1])) for j, g in enumerate(f.design.groups)}
-        return cls(f.sigma2_server, f.tau2, q, nu, source)
+        return cls(f.sigma2_server, f.tau2, q, nu, source, f.design.weights)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> Components:
         """From a variance_model Fit.to_dict() (a report's summary.json)."""
         q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
         nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
-        return cls(d["sd_server"] ** 2, d["sd_cell_excess"] ** 2, q, nu, source)
+        tau2 = d["sd_cell_excess"] ** 2
+        w = {Point.of(g): g["sd_cell_excess"] ** 2 / tau2 if tau2 > 0 else 1.0 for g in d["groups"]}
+        proportional = (d.get("cell_excess") or {}).get("model") == ex.PROPORTIONAL
+        return cls(d["sd_server"] ** 2, tau2, q, nu, source, w if proportional else None)
 
     def for_groups(self, groups: Iterable[tuple[str, Point]]) -> Components:
         """The same components for other arm names at the same points (a prior from another run):
@@ -121,7 +126,7 @@ class Components:
                 if not same:
                     raise ValueError(f"no noise level for point {point} in {self.source}")
                 q[(arm, point)] = max(same, key=sum)
-        return Components(self.sigma2_server, self.tau2, q, self.nu, self.source)
+        return Components(self.sigma2_server, self.tau2, q, self.nu, self.source, self.weights)
 
 
 def hypothetical_cells(
@@ -147,7 +152,7 @@ def predict(
 ) -> dict[tuple[str, Point], tuple[float, float]]:
     """(se, df) of each (arm, point) vs ref in a design of these cells, at the components given.
     The pooled noise's df are those the design's own cells would give."""
-    d = vm.Design(list(cells))
+    d = vm.Design(list(cells), weights=comp.weights)
     G = len(d.groups)
     q, nu = np.zeros((G, 2)), np.zeros((G, 2))
     for j, g in enumerate(d.groups):

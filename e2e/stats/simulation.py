@@ -48,16 +48,23 @@ PoolKey = tuple[float, int, tuple[float, float, float], float, int]
 class Regime:
     name: str
     server_sd: float  # log-sd of a server's offset, shared by its depths
-    excess_sd: float  # log-sd of a cell's own excess (server x depth)
+    excess_sd: float | tuple[float, float, float]  # log-sd of a cell's own excess (server x depth), or one per depth
     noise: tuple[float, float, float]  # per-value sd / T64, by depth (grows with the context)
     heavy: float = 0.0  # share of requests late by 10 sd x Exp(1)
     min_effect: float = 2.0
+
+    def excess(self, depth: int) -> float:
+        """The cell excess's log-sd at a depth."""
+        return self.excess_sd if isinstance(self.excess_sd, float) else self.excess_sd[DEPTHS.index(depth)]
 
 
 REGIMES = {
     "h200": Regime("h200", 0.002, 0.0005, (0.001, 0.002, 0.005), min_effect=1.0),
     "h200-heavy": Regime("h200-heavy", 0.002, 0.0005, (0.001, 0.002, 0.005), heavy=0.05, min_effect=1.0),
     "cpu": Regime("cpu", 0.05, 0.01, (0.02, 0.03, 0.05), min_effect=5.0),
+    # the server x depth excess grows with the depth (0.05 % at 1K to 0.4 % at 32K): one excess for
+    # every depth covered 84-91 % at 32K
+    "h200-growing": Regime("h200-growing", 0.002, (0.0005, 0.001, 0.004), (0.001, 0.002, 0.005), min_effect=1.0),
 }
 
 
@@ -139,7 +146,7 @@ class Sim:
             for d in DEPTHS:
                 pool = self.pool(effects.get(d, 0.0), d, rg, rounds[d])
                 c = pool[int(self.rng.integers(len(pool)))]
-                out.append((arm, d, f"{tag}{arm}{s}", scaled(c, math.exp(u + self.rng.normal(0.0, rg.excess_sd)))))
+                out.append((arm, d, f"{tag}{arm}{s}", scaled(c, math.exp(u + self.rng.normal(0.0, rg.excess(d))))))
         return out
 
     def experiment(self, rg: Regime, k: int, arms: dict[str, dict[int, float]]) -> list[SimCell]:
@@ -175,7 +182,9 @@ def true_components(
             sd = rg.noise[DEPTHS.index(d)] * (0.05 + LONG * TPT_MS[d] / 1e3)
             diff = (LONG - SHORT) * TPT_MS[d] * (1 + e) / 1e3
             q[(a, Point(d))] = ((sd / diff) ** 2,) * 2
-    return planning.Components(rg.server_sd**2, rg.excess_sd**2, q, source="truth")
+    top = max(rg.excess(d) for d in DEPTHS) ** 2
+    w = None if isinstance(rg.excess_sd, float) else {Point(d): rg.excess(d) ** 2 / top for d in DEPTHS}
+    return planning.Components(rg.server_sd**2, top, q, source="truth", weights=w)
 
 
 # -- the gsm8k sign-off --------------------------------------------------------------------------

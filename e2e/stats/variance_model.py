@@ -5,13 +5,16 @@ The model (docs, "Between arms"):
 
     y_i = mu[arm_i, point_i] + u[server_i] + e_i
     u ~ N(0, sigma2_server)            a server's offset, shared by every point it serves
-    e_i ~ N(0, tau2 + v_i)             the cell's own excess (server x point) plus its sampling noise
+    e_i ~ N(0, tau2 w_i + v_i)         the cell's own excess (server x point) plus its sampling noise
 
 * v_i, the cell's sampling variance, is the robust one of e2e.stats.cells (the MAD of each length's
   values scaled to a median's variance), pooled over the cells of its arm and point: servers of
   one arm at one point share a noise level per request (it grows with the depth: prefill jitter),
   and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, point) and
   length, relative to each cell's own difference, weighted by those degrees of freedom.
+* The excess is one for every point (w_i = 1) or grows with the point's sampling noise (w_i: the
+  point's mean v over the noisiest point's), whichever has the larger REML likelihood
+  (e2e/stats/excess.py says why).
 * sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
   and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
   component, tau2, carries both. statsmodels' MixedLM estimates a single residual scale and has no
@@ -38,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from e2e.stats import excess as ex
 from e2e.stats.cells import CellStats, median_variance_factor
 from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
+PROPORTIONAL = ex.PROPORTIONAL  # the excess model a report names
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Design:
     cells: list[Cell]
     factors: tuple[str, ...] = ("server",)
     extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
+    weights: dict[Point, float] | None = None  # the excess's weight per point (ex.PROPORTIONAL); None: 1 (ex.ONE)
 
     def __post_init__(self) -> None:
         self.groups = sorted({(c.arm, c.point) for c in self.cells}, key=lambda g: (g[1], g[0]))
@@ -101,10 +107,12 @@ class Design:
         self.components = (
             SERVER_CELL if self.kept == ["server"] else " + ".join(self.kept + ["cell"]) if self.kept else CELL_ONLY
         )
+        self.excess = ex.ONE if self.weights is None else ex.PROPORTIONAL
+        self.w = np.array([1.0 if self.weights is None else self.weights.get(c.point, 1.0) for c in self.cells])
 
     def mats(self) -> list[np.ndarray]:
-        """dV / d(component) for each component, the cell's excess (identity) last."""
-        return self.ZZs + [np.eye(len(self.cells))]
+        """dV / d(component) for each component, the cell's excess (its weight on the diagonal) last."""
+        return self.ZZs + [np.diag(self.w)]
 
     def group(self, arm: str, point: Point) -> int | None:
         try:
@@ -152,6 +160,7 @@ class Fit:
     converged: bool
     warnings: list[str] = field(default_factory=list)
     _inference: Inference | None = field(default=None, repr=False)
+    excess: ex.ExcessChoice = ex.ExcessChoice(ex.ONE)  # the excess's model and why
 
     def component(self, name: str) -> float:
         """A factor's variance (0 for one the design could not separate from the cell's excess)."""
@@ -163,7 +172,11 @@ class Fit:
 
     @property
     def tau2(self) -> float:
+        """The cell excess's variance (at the noisiest point, when it is proportional to the noise)."""
         return self.theta[-1]
+
+    def tau2_at(self, point: Point) -> float:
+        return self.theta[-1] * (1.0 if self.design.weights is None else self.design.weights.get(point, 1.0))
 
     def contrast(self, arm: str, ref: str, point: Point) -> Estimate | None:
         """log(mu[arm, point]) - log(mu[ref, point]), or None when a group is missing."""
@@ -213,6 +226,7 @@ class Fit:
                     "rel_sd_short": math.sqrt(self.noise.q[j, 1]),
                     "df_long": float(self.noise.nu[j, 0]),
                     "df_short": float(self.noise.nu[j, 1]),
+                    **({"sd_cell_excess": math.sqrt(self.tau2_at(point))} if self.design.weights else {}),
                 }
             )
         return {
@@ -220,6 +234,7 @@ class Fit:
             "sd_server": math.sqrt(self.sigma2_server),
             "sd_cell_excess": math.sqrt(self.tau2),
             **{f"sd_{n}": math.sqrt(self.component(n)) for n in self.design.kept if n != "server"},
+            "cell_excess": self.excess.to_dict(),
             "n_cells": len(self.design.cells),
             "n_servers": len(self.design.servers),
             "converged": self.converged,
@@ -255,7 +270,7 @@ def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
 
 # -- REML -------------------------------------------------------------------------------------------
 def _V(d: Design, v: np.ndarray, theta: Sequence[float] | np.ndarray) -> np.ndarray:
-    V = np.diag(theta[-1] + v)
+    V = np.diag(theta[-1] * d.w + v)
     for t, M in zip(theta[:-1], d.ZZs):
         V = V + t * M
     return V
@@ -275,8 +290,9 @@ def _P(d: Design, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
     return P, Vi, logdet, logdet_x
 
 
-def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[float, ...], bool]:
-    """REML estimates of every component (d.kept, then tau2), all >= 0: Fisher scoring with the
+def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[float, ...], bool, float]:
+    """REML estimates of every component (d.kept, then tau2), all >= 0, whether the search says it
+    converged, and -log(REML likelihood) there (up to a constant): Fisher scoring with the
     REML information, steps halved until the likelihood does not fall, components that would go
     negative held at 0 (the boundary is common: a server variance the data cannot see)."""
     resid = y - d.X @ np.linalg.lstsq(d.X, y, rcond=None)[0]
@@ -325,7 +341,7 @@ def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[floa
     starts = [np.full(J, s0 / J), np.eye(J)[-1] * s0]
     results = [search(t0) for t0 in starts]
     t, f, ok = min(results, key=lambda r: r[1])
-    return tuple(float(x) for x in t), ok
+    return tuple(float(x) for x in t), ok, f
 
 
 class Inference:
@@ -387,20 +403,24 @@ def fit(
     ]
     if not keep:
         return None
-    d = Design(
-        [Cell(a, dp, s, nz.n_long, nz.n_short, r) for a, dp, s, _, _, nz, r in keep],
-        factors,
-        np.array([(extra or {}).get(s, 0.0) for _, _, s, *_ in keep]),
-    )
+    vcells = [Cell(a, dp, s, nz.n_long, nz.n_short, r) for a, dp, s, _, _, nz, r in keep]
+    known = np.array([(extra or {}).get(s, 0.0) for _, _, s, *_ in keep])
+    d = Design(vcells, factors, known)
     if d.residual_df < 1:
         return None
-    stats_ = [k[3] for k in keep]
     y = np.log([k[4] for k in keep])
-    noise = pool_noise(d, stats_)
-    theta, ok = _fit_components(d, y, noise.v(d))
+    noise = pool_noise(d, [k[3] for k in keep])
+    theta, ok, f_one = _fit_components(d, y, noise.v(d))
+    choice = ex.ExcessChoice(ex.ONE)
+    if len({c.point for c in vcells}) > 1:  # at one point the two models are one
+        dp_ = Design(vcells, factors, known, ex.weights([c.point for c in vcells], noise.v(d)))
+        theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
+        choice = ex.choose(f_one, f_p)
+        if choice.model == ex.PROPORTIONAL:
+            d, theta, ok = dp_, theta_p, ok_p
     inf = Inference(d, noise, theta)
     beta = inf.C @ (inf.ViX.T @ y)
-    out = Fit(d, y, noise, theta, beta, ok, _inference=inf)
+    out = Fit(d, y, noise, theta, beta, ok, _inference=inf, excess=choice)
     if not ok:
         out.warnings.append("variance model: the REML search did not report convergence; estimates are its best point")
     return out

@@ -1,0 +1,91 @@
+"""The adaptive two-stage rule by simulation, for the conformance table (e2e/stats/conformance.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from e2e.stats import planning
+from e2e.stats import variance_model as vm
+from e2e.stats.conformance_figures import Figure, covers_one, rate, tol
+from e2e.stats.point import Point
+from e2e.stats.simulation import DEPTHS, POINTS, REGIMES, Sim, family
+
+# -- the adaptive stop ----------------------------------------------------------------------------
+COSTS = planning.Costs(
+    {"ref": 90.0, "arm": 90.0},
+    {(a, p): w for a in ("ref", "arm") for p, w in zip(POINTS, (2.0, 4.0, 13.0))},
+    {(a, p): r for a in ("ref", "arm") for p, r in zip(POINTS, (1.0, 2.1, 6.3))},
+)
+
+
+def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
+    """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
+    allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
+    the final fit over everything. No second look, and the second stage always runs (at least one
+    pass, as plan_extra does even when the pilot looked narrow enough), so the stop does not select
+    on a lucky variance estimate; the coverage of the final intervals, per depth too, is the check."""
+    out = []
+    for name, target in (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6)):
+        rg = REGIMES[name]
+        cover, met, extra = [], [], []
+        at: dict[int, list[bool]] = {dd: [] for dd in DEPTHS}
+        for _ in range(n):
+            pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
+            f = vm.fit([(a, Point(d), s, c) for a, d, s, c in pilot])
+            assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
+            existing = list(f.design.cells)
+            alloc = planning.allocate(
+                planning.Components.of(f),
+                existing,
+                ["ref", "arm"],
+                list(POINTS),
+                True,
+                COSTS,
+                target,
+                max_extra_passes=6,
+            )
+            more = [
+                x
+                for arm in ("ref", "arm")
+                for x in sim.servers(
+                    rg, arm, alloc.extra_passes, {}, {p.depth: r for p, r in alloc.rounds.items()}, tag="x"
+                )
+            ]
+            fam = family(pilot + more, "ref", rg.min_effect)
+            cover += [covers_one(c) for *_, c in fam]
+            for _, dd, c in fam:
+                at[dd].append(covers_one(c))
+            met.append(all(c.ci_half_width_pct is not None and c.ci_half_width_pct <= target for *_, c in fam))
+            extra.append(alloc.extra_passes)
+        d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
+        r, slack = rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
+        out.append(
+            Figure(
+                f"adaptive_coverage_{name}",
+                "95 % interval covers the true ratio (per comparison)",
+                d,
+                r,
+                len(cover),
+                f">= 93 % (-{100 * slack:.1f} MC)",
+                r >= 0.93 - slack,
+            )
+        )
+        for dd, xs in at.items():
+            out.append(
+                Figure(
+                    f"adaptive_coverage_{name}_{dd}",
+                    f"95 % interval covers the true ratio at {dd // 1024}K",
+                    d,
+                    rate(xs),
+                    len(xs),
+                    f">= 93 % (-{100 * slack:.1f} MC)",
+                    rate(xs) >= 0.93 - slack,
+                )
+            )
+        out.append(
+            Figure(f"adaptive_met_{name}", "every interval within the target after the second stage", d, rate(met), n)
+        )
+        out.append(
+            Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra)))
+        )
+    return out
