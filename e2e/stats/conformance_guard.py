@@ -21,7 +21,8 @@ import numpy as np
 from e2e.stats import sim_server_timings as sst
 from e2e.stats import simulation
 from e2e.stats import verdicts as v
-from e2e.stats.conformance import Figure, _covers_one, markdown, tol
+from e2e.stats.conformance import markdown
+from e2e.stats.conformance_figures import Figure, covers_one, rate, tol
 from e2e.stats.estimate import CORRECTED
 
 K, MIN_EFFECT = 3, 1.0
@@ -44,7 +45,7 @@ def fault_figures(ts: sst.TimedSim, fault: sst.Fault, n: int) -> tuple[list[Figu
         fam = simulation.family(chosen, "ref", MIN_EFFECT)
         new_dec.append(any(c.decision in DECIDED for *_, c in fam))
         for _, dd, c in fam:
-            cover[dd].append(_covers_one(c))
+            cover[dd].append(covers_one(c))
             if dd == simulation.DEPTHS[-1]:
                 hw.append(c.ci_half_width_pct if c.ci_half_width_pct is not None else float("nan"))
         trusted.append(how[("arm", simulation.DEPTHS[-1])] == CORRECTED)
@@ -53,11 +54,11 @@ def fault_figures(ts: sst.TimedSim, fault: sst.Fault, n: int) -> tuple[list[Figu
     slug = fault.name.replace(" ", "_").replace("%", "pct").replace("+", "").replace(",", "")
     out = [
         _at_most(f"guard_aa_{slug}", '"slower"/"faster" anywhere (false, family-wise)', d, new_dec),
-        Figure(f"guard_old_{slug}", '"slower"/"faster" anywhere, old run-wide guard', d, _rate(old_dec), n),
-        Figure(f"guard_trusted_{slug}", "the faulty arm's 32K corrected (share of runs)", d, _rate(trusted), n),
+        Figure(f"guard_old_{slug}", '"slower"/"faster" anywhere, old run-wide guard', d, rate(old_dec), n),
+        Figure(f"guard_trusted_{slug}", "the faulty arm's 32K corrected (share of runs)", d, rate(trusted), n),
     ]
     for dd, xs in cover.items():
-        r, slack = _rate(xs), tol(0.95, len(xs))
+        r, slack = rate(xs), tol(0.95, len(xs))
         out.append(
             Figure(
                 f"guard_cover_{slug}_{dd}",
@@ -93,12 +94,8 @@ def missing_figures(ts: sst.TimedSim, n: int, hw_clean: Sequence[float]) -> list
     ]
 
 
-def _rate(xs: list[bool]) -> float:
-    return float(np.mean(xs)) if xs else float("nan")
-
-
 def _at_most(key: str, what: str, design: str, xs: list[bool], p: float = simulation.ALPHA) -> Figure:
-    r = _rate(xs)
+    r = rate(xs)
     return Figure(
         key, what, design, r, len(xs), f"<= {100 * p:g} % (+{100 * tol(p, len(xs)):.1f} MC)", r <= p + tol(p, len(xs))
     )
