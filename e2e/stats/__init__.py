@@ -12,6 +12,7 @@ __all__ = [
     "outcomes",
     "planning",
     "point",
+    "run_to_run",
     "signoff",
     "variance_model",
     "verdicts",
