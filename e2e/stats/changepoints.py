@@ -169,7 +169,7 @@ def _as_cell(c: CellStats | float) -> CellStats | None:
 
 class _Series:
     def __init__(
-        self, runs: Sequence[Run], alpha: float, min_effect_pct: float, level: float, n_series: int, run_sd: float
+        self, runs: Sequence[Run], alpha: float, min_effect_pct: float, level: float, n_series: int, run_sd: float = 0.0
     ):
         self.run_sd, self.assumed = run_sd, False
         self.runs = [[x for x in map(_as_cell, r) if x is not None] for r in runs]
