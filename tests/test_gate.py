@@ -46,13 +46,18 @@ def test_the_committed_cpu_release_pair_cannot_tell_and_exits_3(capsys, tmp_path
 
 
 def test_a_significant_change_below_the_min_effect_is_said_as_such(capsys):
-    rc, said = _compare(capsys, RESULTS / "h200-neighbour-tp1", RESULTS / "h200-vllm023-tp1")
+    """Without a run-to-run sd (the servers of the two runs exchangeable) stock at 32K is a real
+    change below the min effect; the stated prior makes it a lack of power instead."""
+    rc, said = _compare(capsys, RESULTS / "h200-neighbour-tp1", RESULTS / "h200-vllm023-tp1", "--run-sd", "0")
     assert rc == compare.CANNOT_DECIDE
     assert (
         "stock at 32768: inconclusive: +0.8 % (0.3 to 1.3), below the 1 % minimum effect (significant, but "
         "not shown within +-1 %)" in said
     )
     assert "stock at 32768: inconclusive: with" not in said  # not explained as a lack of power
+    rc, said = _compare(capsys, RESULTS / "h200-neighbour-tp1", RESULTS / "h200-vllm023-tp1")
+    assert rc == compare.CANNOT_DECIDE and "stock at 32768: inconclusive: with 2 + 2 servers" in said
+    assert "a run-to-run sd of 0.092-0.24 % is assumed, not measured" in said
 
 
 def test_history_cannot_tell_a_noisy_series_and_holds_a_tight_one(capsys, tmp_path):

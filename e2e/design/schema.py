@@ -290,6 +290,9 @@ class StatsCfg(_Frozen):
     estimator: Literal["auto", "client"] = "auto"
     # The MDE the planning figures aim at ("servers per arm for an MDE <= X %"); None: 2 x min_effect.
     target_mde_pct: float | None = Field(default=None, gt=0, le=100)
+    # The run-to-run sd (%) compare (run A's) and history assume where one run stands for a release;
+    # None: the stated prior (e2e/analysis/run_prior.py). --run-sd / --run-prior override it.
+    run_sd_pct: float | None = Field(default=None, ge=0, le=100)
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
     # Measure the GPU's achieved read bandwidth once per run (a few seconds, e2e/gpu/bandwidth.py).
     measure_bandwidth: bool = True

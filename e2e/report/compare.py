@@ -3,8 +3,12 @@
 For every arm in both runs and every common depth, run B's servers against run A's: one variance
 model over both runs' servers and depths (e2e/stats/variance_model.py; each run's arm a group, a server
 one replicate), decided with Holm's correction across the arm x depth family. Two runs cannot show
-run-to-run variation beyond their servers: `history` over several runs can (e2e/stats/changepoints.py). Runs are comparable only when the CHECKED metadata match (pyperf's
-rule); a mismatch is refused unless --force, and then every mismatch is printed.
+run-to-run variation beyond their servers (`history` over several runs of a release can:
+e2e/stats/changepoints.py), so each comparison is widened by a stated run-to-run sd, one run a side
+(e2e/stats/run_to_run.py; the prior of e2e/analysis/run_prior.py unless --run-sd, --run-prior or
+run A's stats.run_sd_pct says otherwise), and the console says it is assumed, not measured. Runs are
+comparable only when the CHECKED metadata match (pyperf's rule); a mismatch is refused unless
+--force, and then every mismatch is printed.
 
 Exit status (MEANING): 0 no regression (every row faster or equivalent), 1 a regression (a row
 "slower"), 2 bad input or error, 3 cannot decide (a row inconclusive: it cannot tell, unless
@@ -15,6 +19,7 @@ replication). A gate never passes blind: a row whose interval reaches past the m
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from e2e import exits
+from e2e.analysis import run_prior
 from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
@@ -32,8 +38,7 @@ from e2e.report.tables import render_console
 from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
-from e2e.stats import estimate, one_arm, outcomes, verdicts
-from e2e.stats import variance_model as vm
+from e2e.stats import estimate, one_arm, outcomes, run_to_run, verdicts
 from e2e.stats.point import Point
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
@@ -97,12 +102,17 @@ def unfinished(r: RunAnalysis) -> str | None:
 
 
 def compare_runs(
-    a: RunAnalysis, b: RunAnalysis, arms: list[str] | None = None, allow_inconclusive: bool = False
+    a: RunAnalysis,
+    b: RunAnalysis,
+    arms: list[str] | None = None,
+    allow_inconclusive: bool = False,
+    run_sd: run_to_run.RunSd | None = None,
 ) -> tuple[list[dict[str, Any]], str, list[str]]:
     """(rows, the correction line, reasons the comparison cannot decide). Rows: arm, depth, run A
-    and run B pooled estimates, and the B/A comparison with its decision. Alpha and min effect are
-    run A's (the baseline's); --force with different ones says so. An inconclusive row cannot
-    decide unless allow_inconclusive."""
+    and run B pooled estimates, and the B/A comparison with its decision, widened by run_sd (one
+    run a side; None: servers of the two runs taken as exchangeable) and its sd in run_sd_pct.
+    Alpha and min effect are run A's (the baseline's); --force with different ones says so. An
+    inconclusive row cannot decide unless allow_inconclusive."""
     if arms is not None:
         for x in arms:
             if x not in a.arms or x not in b.arms:
@@ -113,31 +123,22 @@ def compare_runs(
     undecidable = [f"{r.root.name} has no valid cell" for r in (a, b) if not r.cells]
     if arms is None:
         undecidable += [f"arm {x!r} of {a.root.name} is missing from {b.root.name}" for x in a.arms if x not in b.arms]
-    fit = vm.fit(
-        [
-            (f"{tag}:{arm}", d, f"{tag}:{r.server_of[(arm, d, p)]}", cs)
-            for tag, r in (("A", a), ("B", b))
-            for (arm, d, p), cs in r.cells.items()
-            if arm in common
-        ]
+    points = sorted(set(a.points) & set(b.points))
+    ca, cb = (
+        [(arm, p, r.server_of[(arm, p, n)], cs) for (arm, p, n), cs in r.cells.items() if arm in common] for r in (a, b)
     )
-    entries = []
-    for arm in common:
-        for d in sorted(set(a.points) & set(b.points)):
-            ca, cb = a._cells_of(arm, d), b._cells_of(arm, d)
-            entries.append(
-                (
-                    {
-                        "arm": arm,
-                        **d.fields(),
-                        "a": one_arm.arm_estimate(fit, f"A:{arm}", d, ca),
-                        "b": one_arm.arm_estimate(fit, f"B:{arm}", d, cb),
-                    },
-                    verdicts.model_comparison(fit, f"B:{arm}", f"A:{arm}", d, ca, cb, a.alpha, a.min_effect_pct),
-                )
-            )
-    line = verdicts.decide_family([c for _, c in entries], a.alpha, "holm")
-    rows = [{**head, **cmp.to_dict()} for head, cmp in entries]
+    fit, entries, line = run_to_run.two_runs(ca, cb, common, points, a.reference, a.alpha, a.min_effect_pct, run_sd)
+    rows = [
+        {
+            "arm": x.arm,
+            **x.point.fields(),
+            "a": one_arm.arm_estimate(fit, f"A:{x.arm}", x.point, x.a),
+            "b": one_arm.arm_estimate(fit, f"B:{x.arm}", x.point, x.b),
+            "run_sd_pct": 100 * x.run_sd,
+            **x.comparison.to_dict(),
+        }
+        for x in entries
+    ]
     undecidable += [
         f"{r['arm']} at {Point.of(r)}: {r['decision']}"
         for r in rows
@@ -152,11 +153,63 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arm", action="append", help="arm(s) to compare (default: every arm in both runs)")
     p.add_argument("--force", action="store_true", help="compare although checked metadata differ")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    add_run_sd_args(p)
     p.add_argument(
         "--allow-inconclusive",
         action="store_true",
         help="exit 0 when a row is inconclusive (it cannot tell; default: exit 3)",
     )
+
+
+def _sd_pct(text: str) -> float:
+    """--run-sd: a finite % >= 0, else one line naming the flag."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v <= 100):
+        raise UserError(f"--run-sd {text!r}: give a run-to-run sd in %, from 0 to 100")
+    return v
+
+
+def add_run_sd_args(p: argparse.ArgumentParser) -> None:
+    """The run-to-run sd assumed where one run stands for a release (compare; history's two-run splits)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--run-sd",
+        type=_sd_pct,
+        metavar="PCT",
+        help="run-to-run sd assumed at every arm and depth, %% (0: none, servers of two runs taken as "
+        "exchangeable; default: the stated prior, docs/statistics/run-to-run.md)",
+    )
+    g.add_argument(
+        "--run-prior", metavar="FILE", help="a JSON prior per depth (the shape of e2e/analysis/run_prior.py)"
+    )
+
+
+def run_sd_of(args: argparse.Namespace, r: RunAnalysis) -> run_to_run.RunSd:
+    """The flags', else run r's config stats.run_sd_pct, else the stated prior."""
+    pct = ((r.manifest.get("config") or {}).get("stats") or {}).get("run_sd_pct")
+    return run_prior.run_sd(getattr(args, "run_sd", None), getattr(args, "run_prior", None), pct)
+
+
+def say_run_sd(console: Console, run_sd: run_to_run.RunSd, applied: list[float], what: str) -> None:
+    """The confound, named: one run per release cannot tell the release from the machine's day."""
+    if any(applied):
+        lo, hi = min(x for x in applied if x), max(applied)
+        sds = f"{lo:.2g} %" if f"{lo:.2g}" == f"{hi:.2g}" else f"{lo:.2g}-{hi:.2g} %"
+        say(
+            console,
+            f"one run per release ({what}): a run-to-run sd of {sds} is assumed, not measured ({run_sd.source})",
+            "yellow",
+        )
+    elif run_sd.off:
+        say(
+            console,
+            f"one run per release ({what}): no run-to-run sd assumed ({run_sd.source}): "
+            "servers of different runs taken as exchangeable",
+            "yellow",
+        )
 
 
 def compare_main(args: argparse.Namespace, console: Console | None = None) -> int:
@@ -184,7 +237,8 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     for w in short:
         say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
     allow = getattr(args, "allow_inconclusive", False)
-    rows, line, undecidable = compare_runs(a, b, args.arm, allow)
+    run_sd = run_sd_of(args, a)
+    rows, line, undecidable = compare_runs(a, b, args.arm, allow, run_sd)
     console.print(
         render_console(
             sm.COMPARE,
@@ -196,6 +250,7 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
         )
     )
     say(console, f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
+    say_run_sd(console, run_sd, [r["run_sd_pct"] for r in rows], "one run a side")
     for r in rows:
         for w in r["warnings"]:
             say(console, f"warning: {r['arm']} at {Point.of(r)}: {w}")
@@ -214,6 +269,7 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
                 "unfinished": short,
                 "code": unknown,
                 "correction": line,
+                "run_sd_source": run_sd.source,
                 "rows": rows,
                 "regressions": len(regressions),
                 "cannot_decide": undecidable,

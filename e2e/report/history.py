@@ -6,7 +6,10 @@ with a table, a CSV and a plot.
 Runs are grouped into series by the checked metadata of e2e/report/compare.py (a step between runs of
 different models or GPUs is not a regression of vLLM); a run folder that cannot be read is skipped
 with a warning, and a folder that holds a run already counted (a link such as `results/latest`, or a
-copy) is skipped naming it: each run counts once. Exit status: see MEANING.
+copy) is skipped naming it: each run counts once. Where a split has one run a side the run-to-run
+variance cannot be estimated: a stated sd stands in (compare's --run-sd / --run-prior, else the
+prior of e2e/analysis/run_prior.py) and the console says it is assumed. Each series states the
+smallest step it could have found (changepoints: detectable_pct). Exit status: see MEANING.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
 from e2e.report import figures, tables
 from e2e.report import summary as sm
-from e2e.report.compare import CHECKED_METADATA, unfinished
+from e2e.report.compare import CHECKED_METADATA, add_run_sd_args, run_sd_of, say_run_sd, unfinished
 from e2e.report.progress import make_console, say
 from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
@@ -34,6 +37,7 @@ from e2e.rundir.store import write_json_atomic
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
 from e2e.stats.point import Point
+from e2e.stats.run_to_run import RunSd
 
 # a run may add or drop a depth or a concurrency: a series is one arm at one point
 SERIES_KEYS = [k for k in CHECKED_METADATA if k not in ("depths", "concurrency")]
@@ -101,6 +105,7 @@ SERIES = Table(
         col("ratio", "ratio", "{:.3f}", CONSOLE),
         Col("95 % CI", lambda r: interval(r.get("ratio_ci_lo"), r.get("ratio_ci_hi"), "{:.3f}"), views=CONSOLE),
         col("mde_pct", "MDE %", "{:.1f}", CONSOLE),
+        col("detectable_pct", "finds %", "{:.1f}", CONSOLE),
     ),
 )
 
@@ -182,8 +187,9 @@ class History:
     answers: list[dict[str, Any]]
 
 
-def history(runs: list[RunAnalysis]) -> History:
-    """The history of runs in series order (load_runs)."""
+def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
+    """The history of runs in series order (load_runs); run_sd: the run-to-run sd assumed where a
+    split has one run a side (None: servers of different runs taken as exchangeable there)."""
     rows, table = [], []
     series: dict[tuple[str, ...], list[int]] = {}
     # each run's place in time (1 = first started), shown beside its version: a version order
@@ -225,12 +231,14 @@ def history(runs: list[RunAnalysis]) -> History:
     steps, answers = [], []
     # one family: every arm x depth series of the history (Bonferroni over them in changepoints)
     for s, arm, d, idx in todo:
+        sd = run_sd.sd(d, arm == runs[idx[0]].reference) if run_sd is not None else 0.0
         res = judge_series(
             [runs[i]._cells_of(arm, d) for i in idx],
             runs[idx[0]].alpha,
             runs[idx[0]].min_effect_pct,
             labels=[runs[i].root.name for i in idx],
             n_series=len(todo),
+            run_sd=sd,
         )
         at = {runs[i].root.name: i for i in idx}
         here = {"series": s, "arm": arm, **d.fields(), "n_series": len(todo)}
@@ -252,10 +260,18 @@ def history(runs: list[RunAnalysis]) -> History:
                 "first": at[shown.runs_after[0]] if shown else None,
                 **{k: head.get(k) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "p_adjusted")},
                 "note": (head.get("warnings") or [None])[-1],
+                "detectable_pct": res.detectable_pct,
+                "run_sd_pct": 100 * sd if res.run_sd_assumed else 0.0,
+                "one_run_per_release": _one_run_per_release([runs[i] for i in idx]),
                 "stretches": [x.to_dict() for x in res.stretches],
             }
         )
     return History(table, rows, steps, answers)
+
+
+def _one_run_per_release(runs: list[RunAnalysis]) -> bool:
+    versions = [vllm_version(r.manifest) for r in runs]
+    return len(set(versions)) == len(versions)
 
 
 def add_history_args(p: argparse.ArgumentParser) -> None:
@@ -273,6 +289,7 @@ def add_history_args(p: argparse.ArgumentParser) -> None:
         help="only run folders whose name matches (e.g. 'cpu-vllm-*'; repeat for several; default: all)",
     )
     p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
+    add_run_sd_args(p)
     p.add_argument(
         "--allow-inconclusive",
         action="store_true",
@@ -306,7 +323,7 @@ def say_history(console: Console, h: History, title: str) -> None:
             SERIES,
             answers,
             f"change points per series, arm and depth (at: the runs # | # either side; Bonferroni over "
-            f"{a0['n_series']} series)",
+            f"{a0['n_series']} series; finds %: the smallest step it could have found, 80 % power)",
         )
     )
     at = {r["run"]: r["order"] for r in h.runs}
@@ -350,11 +367,20 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     short = [w for w in map(unfinished, runs) if w]
     for w in short:  # its rows are in the series, for what they hold; the reader must know it stopped short
         say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
-    h = history(runs)
+    run_sd = run_sd_of(args, runs[0])
+    h = history(runs, run_sd)
     rows, steps, answers = h.rows, h.steps, h.answers
     out = Path(args.out) if args.out else folder
     out.mkdir(parents=True, exist_ok=True)
     say_history(console, h, f"history of {folder} (by {args.order_by}): {len(runs)} runs")
+    say_run_sd(console, run_sd, [a["run_sd_pct"] for a in answers], "a split with one run a side")
+    if any(a["one_run_per_release"] and len(a["runs"]) > 2 for a in answers):
+        say(
+            console,
+            "one run per release: the run-to-run sd is estimated from runs of different releases, so a "
+            "release's own change and the machine's day cannot be told apart",
+            "yellow",
+        )
     tables.write_table_csv(out / "history.csv", sm.HISTORY, rows, VERSIONS["history"])
     status = status_of(steps, answers, args.allow_inconclusive)
     write_json_atomic(
@@ -367,6 +393,7 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
             "change_points": steps,
             "series": answers,
             "skipped": skipped,
+            "run_sd_source": run_sd.source,
             "unfinished": short,
             "exit_status": status,
         },

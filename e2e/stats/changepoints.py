@@ -13,7 +13,13 @@ model, so a step means what "slower"/"faster" means elsewhere in the tool):
   vLLM differ by more than their servers (run-to-run variation: another day, another machine
   state). Servers of one run are not exchangeable with servers of another, so a 1 % shift between
   runs does not read as a step of vLLM. With one run on each side the run-to-run variance cannot
-  be estimated; the test then treats servers as exchangeable and says so (`run_variance`).
+  be estimated; the test then adds a stated run-to-run sd (`run_sd`: the prior of
+  e2e/analysis/run_prior.py, one offset a side, e2e/stats/run_to_run.py) and says so
+  (`run_variance`); with run_sd 0 it treats servers as exchangeable.
+* What it could find: each series states the smallest step its tested splits would call with 80 %
+  power (`detectable_pct`: planning.mde_pct at the split's se, df and Bonferroni step, the least
+  over the splits; the best-placed split is near the middle). The conformance of this figure is
+  e2e/stats/conformance_runs.py.
 * Binary segmentation with a cheap scan. In a segment of runs, every split with at least 2 servers
   on each side is a candidate. A scan ranks them in one pass over prefix sums (the weighted
   between-sides sum of squares of the run means, and how far each split's step may reach past the
@@ -46,6 +52,7 @@ from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, CellStats, Noise
 from e2e.stats.point import Point
+from e2e.stats.run_to_run import widen
 from e2e.stats.verdicts import (
     EQUIVALENT,
     FASTER,
@@ -112,15 +119,22 @@ class Stretch:
     runs: list[Any]
     decision: str
     worst: ChangePoint | None
+    mde_pct: float | None = None  # the smallest step a tested split would call with 80 % power
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runs": list(self.runs), "decision": self.decision, "worst": self.worst and self.worst.to_dict()}
+        return {
+            "runs": list(self.runs),
+            "decision": self.decision,
+            "worst": self.worst and self.worst.to_dict(),
+            "mde_pct": self.mde_pct,
+        }
 
 
 @dataclass
 class SeriesResult:
     steps: list[ChangePoint]
     stretches: list[Stretch]  # one per segment between the steps, in series order
+    run_sd_assumed: bool = False  # a test had one run a side and took the stated run_sd
 
     @property
     def decision(self) -> str:
@@ -133,6 +147,12 @@ class SeriesResult:
         if not held or held == {EQUIVALENT}:
             return EQUIVALENT if held else INSUFFICIENT_REPLICATION
         return INCONCLUSIVE if INCONCLUSIVE in held else INSUFFICIENT_REPLICATION
+
+    @property
+    def detectable_pct(self) -> float | None:
+        """The smallest step any tested split of the series would call with 80 % power (None: none tested)."""
+        found = [m for m in [s.mde_pct for s in self.stretches] + [c.comparison.mde_pct for c in self.steps] if m]
+        return min(found, default=None)
 
 
 def _as_cell(c: CellStats | float) -> CellStats | None:
@@ -148,7 +168,10 @@ def _as_cell(c: CellStats | float) -> CellStats | None:
 
 
 class _Series:
-    def __init__(self, runs: Sequence[Run], alpha: float, min_effect_pct: float, level: float, n_series: int):
+    def __init__(
+        self, runs: Sequence[Run], alpha: float, min_effect_pct: float, level: float, n_series: int, run_sd: float = 0.0
+    ):
+        self.run_sd, self.assumed = run_sd, False
         self.runs = [[x for x in map(_as_cell, r) if x is not None] for r in runs]
         self.sizes = np.array([len(r) for r in self.runs], dtype=int)
         self.alpha, self.min_effect, self.level = alpha, min_effect_pct, level
@@ -222,6 +245,10 @@ class _Series:
         cmp = model_comparison(f, AFTER, BEFORE, ONE, before, after, self.alpha, self.min_effect, self.level)
         if f is None or "run" in f.design.kept:
             how = "estimated" if f is not None else "no fit"
+        elif "run" in f.design.unestimable and self.run_sd > 0:
+            widen(cmp, 2 * self.run_sd**2, float(np.exp(np.mean([math.log(c.estimate or 1) for c in before]))))
+            how = f"assumed: a run-to-run sd of {100 * self.run_sd:.2g} % (one run a side: not measured)"
+            self.assumed = True
         elif "run" in f.design.unestimable:
             how = "not estimable (one run a side): servers of different runs taken as exchangeable"
         else:
@@ -264,17 +291,25 @@ class _Series:
         points = [self.point(lo, s, hi, names) for s in splits]
         held = all(c.decision == EQUIVALENT for c in points)
         worst = max(points, key=lambda c: 1.0 if c.comparison.p_equiv is None else c.comparison.p_equiv)
-        return Stretch(names[lo:hi], EQUIVALENT if held else INCONCLUSIVE, worst)
+        mde = min((m for c in points if (m := c.comparison.mde_pct)), default=None)
+        return Stretch(names[lo:hi], EQUIVALENT if held else INCONCLUSIVE, worst, mde)
 
 
 def _prepare(
-    runs: Sequence[Run], alpha: float, min_effect_pct: float, labels: Sequence[Any] | None, level: float, n_series: int
+    runs: Sequence[Run],
+    alpha: float,
+    min_effect_pct: float,
+    labels: Sequence[Any] | None,
+    level: float,
+    n_series: int,
+    run_sd: float,
 ) -> tuple[_Series, list[Any]]:
     if labels is not None and len(labels) != len(runs):
         raise UserError(f"change points: {len(labels)} labels for {len(runs)} runs")
-    return _Series(runs, alpha, min_effect_pct, level, n_series), list(labels) if labels is not None else list(
-        range(len(runs))
-    )
+    if not (math.isfinite(run_sd) and run_sd >= 0):
+        raise UserError(f"change points: run_sd {run_sd!r} is not a finite sd >= 0")
+    names = list(labels) if labels is not None else list(range(len(runs)))
+    return _Series(runs, alpha, min_effect_pct, level, n_series, run_sd), names
 
 
 def _steps(ser: _Series, names: list[Any]) -> list[ChangePoint]:
@@ -297,10 +332,12 @@ def find_change_points(
     labels: Sequence[Any] | None = None,
     level: float = LEVEL,
     n_series: int = 1,
+    run_sd: float = 0.0,
 ) -> list[ChangePoint]:
     """The steps of a series of runs (see the module docstring), in series order. n_series: the
-    number of series in the family this one is tested with (a history's arm x depth series)."""
-    return _steps(*_prepare(runs, alpha, min_effect_pct, labels, level, n_series))
+    number of series in the family this one is tested with (a history's arm x depth series);
+    run_sd: the run-to-run sd (log scale) assumed where a split has one run a side."""
+    return _steps(*_prepare(runs, alpha, min_effect_pct, labels, level, n_series, run_sd))
 
 
 def judge_series(
@@ -310,9 +347,11 @@ def judge_series(
     labels: Sequence[Any] | None = None,
     level: float = LEVEL,
     n_series: int = 1,
+    run_sd: float = 0.0,
 ) -> SeriesResult:
     """The steps (find_change_points) and how each stretch between them held."""
-    ser, names = _prepare(runs, alpha, min_effect_pct, labels, level, n_series)
+    ser, names = _prepare(runs, alpha, min_effect_pct, labels, level, n_series, run_sd)
     steps = _steps(ser, names)
     bounds = [0, *(c.index for c in steps), len(names)]
-    return SeriesResult(steps, [ser.stretch(a, b, names) for a, b in zip(bounds, bounds[1:]) if b > a])
+    stretches = [ser.stretch(a, b, names) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return SeriesResult(steps, stretches, ser.assumed)
