@@ -26,7 +26,8 @@ import numpy as np
 from e2e.stats import changepoints
 from e2e.stats import verdicts as v
 from e2e.stats.changepoints import Run
-from e2e.stats.conformance import Figure, markdown, tol
+from e2e.stats.conformance import markdown
+from e2e.stats.conformance_figures import Figure, tol
 from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, SimpleCell, two_runs
 from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled
