@@ -10,6 +10,7 @@ flood, hang or print garbage on demand. Every stand-in is ended by the test (its
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import psutil
@@ -103,3 +104,22 @@ def test_run_text_returns_stdout_and_names_a_failed_exit(tmp_path):
     bad = executable(tmp_path / "bad", "#!/bin/sh\nexit 3\n")
     with pytest.raises(RuntimeError, match="^exit 3$"):
         run_text([str(bad)], 5.0, 1000)
+
+
+def test_an_arm_interpreter_that_floods_or_hangs_is_one_failed_probe_in_bounded_time(tmp_path, monkeypatch):
+    """manifest.installation() asks each arm's interpreter for its vLLM: a stand-in interpreter (a
+    script, since no real Python floods on demand) that floods stdout, or hangs, is one error line,
+    not unbounded memory or a wait of the whole probe timeout past a flood."""
+    flood = executable(tmp_path / "flood-python", "#!/bin/sh\nexec yes 0123456789\n")
+    monkeypatch.setattr(manifest, "PROBE_MAX_BYTES", 1 << 16)
+    t0 = time.monotonic()
+    got = manifest.installation(str(flood), timeout_s=20)
+    assert got == {"error": f"printed more than {1 << 16} bytes", "executable": str(flood)}
+    assert time.monotonic() - t0 < 10
+    hang = executable(tmp_path / "hang-python", "#!/bin/sh\nsleep 60\n")
+    got = manifest.installation(str(hang), timeout_s=1)
+    assert got == {"error": "did not answer within 1 s", "executable": str(hang)}
+    broken = executable(tmp_path / "broken-python", "#!/bin/sh\necho 'No module named vllm' >&2\nexit 1\n")
+    assert manifest.installation(str(broken)) == {"error": "No module named vllm", "executable": str(broken)}
+    ok = manifest.installation(sys.executable)
+    assert ok.get("executable") == sys.executable and "error" not in ok

@@ -63,14 +63,19 @@ def relevant_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return redact_env({k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)})
 
 
+PROBE_MAX_BYTES = 4 << 20  # one JSON object and whatever an import warns on stderr
+
+
 def installation(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """An arm interpreter's vLLM, torch and stamp (_PROBE), read within the deadline and PROBE_MAX_BYTES
+    (e2e/safety/bounded_run.py); {"error": one line, "executable": python} when it cannot be read."""
     try:
-        r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
-        if r.returncode == 0:
-            probed: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])  # _PROBE prints one object
-            return probed
-        return {"error": (r.stderr.strip().splitlines() or ["probe failed"])[-1], "executable": python}
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        out = run_text([python, "-c", _PROBE], timeout_s, PROBE_MAX_BYTES)
+        probed: dict[str, Any] = json.loads(out.strip().splitlines()[-1])  # _PROBE prints one object
+        return probed
+    except RuntimeError as exc:
+        return {"error": str(exc) or "probe failed", "executable": python}
+    except (OSError, IndexError, json.JSONDecodeError) as exc:
         return {"error": repr(exc), "executable": python}
 
 
