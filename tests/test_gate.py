@@ -45,19 +45,26 @@ def test_the_committed_cpu_release_pair_cannot_tell_and_exits_3(capsys, tmp_path
     assert "exit status 0: done: no row slower; inconclusive rows allowed" in said
 
 
-def test_a_significant_change_below_the_min_effect_is_said_as_such(capsys):
-    """Without a run-to-run sd (the servers of the two runs exchangeable) stock at 32K is a real
-    change below the min effect; the stated prior makes it a lack of power instead."""
-    rc, said = _compare(capsys, RESULTS / "h200-neighbour-tp1", RESULTS / "h200-vllm023-tp1", "--run-sd", "0")
+def test_a_significant_change_below_the_min_effect_is_said_as_such(capsys, tmp_path):
+    """Without a run-to-run sd (the servers of the two runs exchangeable) widened at 8K, 1.006 between
+    the precision and the neighbour run, is a real change below a 0.7 % min effect (a copy of run A
+    with that min effect; --force, as the settings then differ); the stated prior makes it a lack of
+    power instead."""
+    a = shutil.copytree(RESULTS / "h200-precision-tp1", tmp_path / "a")
+    m = json.loads((a / "manifest.json").read_text())
+    m["config"]["stats"]["min_effect_pct"] = 0.7
+    (a / "manifest.json").write_text(json.dumps(m))
+    b = RESULTS / "h200-neighbour-tp1"
+    rc, said = _compare(capsys, a, b, "--force", "--run-sd", "0")
     assert rc == compare.CANNOT_DECIDE
     assert (
-        "stock at 32768: inconclusive: +0.8 % (0.3 to 1.3), below the 1 % minimum effect (significant, but "
-        "not shown within +-1 %)" in said
+        "widened at 8192: inconclusive: +0.6 % (0.2 to 1.0), below the 0.7 % minimum effect (significant, but "
+        "not shown within +-0.7 %)" in said
     )
-    assert "stock at 32768: inconclusive: with" not in said  # not explained as a lack of power
-    rc, said = _compare(capsys, RESULTS / "h200-neighbour-tp1", RESULTS / "h200-vllm023-tp1")
-    assert rc == compare.CANNOT_DECIDE and "stock at 32768: inconclusive: with 2 + 2 servers" in said
-    assert "a run-to-run sd of 0.092-0.24 % is assumed, not measured" in said
+    assert "widened at 8192: inconclusive: with" not in said  # not explained as a lack of power
+    rc, said = _compare(capsys, a, b, "--force")
+    assert rc == compare.CANNOT_DECIDE and "widened at 8192: inconclusive: with 3 + 2 servers" in said
+    assert "a run-to-run sd of" in said and "is assumed, not measured" in said
 
 
 def test_history_cannot_tell_a_noisy_series_and_holds_a_tight_one(capsys, tmp_path):

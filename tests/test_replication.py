@@ -109,7 +109,7 @@ def test_the_allocation_from_the_pilot_runs_once_and_records_its_choice(tmp_path
     report = (tmp_path / "r" / "report.md").read_text()
     assert "adaptive, two stages" in report and f"{rep['extra_passes']} more pass(es)" in report
     # the manifest names the estimator that decided (these rows have no server prefill time)
-    assert m["estimator"]["name"] == "client" and "no server prefill time" in m["estimator"]["why"]
+    assert m["estimator"]["name"] == "client" and "no round with both server prefill times" in m["estimator"]["why"]
 
 
 def test_loose_servers_spend_the_pass_budget(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ def test_report_prints_the_verdict_table_and_the_sign_off(capsys, tmp_path):
     out = " ".join(capsys.readouterr().out.split())
     for needle in (
         "verdicts (each arm against stock; Holm, min effect 2 %)",
-        "widened / stock │ 256 │ 1.124 │ 0.866 to 1.460 │ 56.0 │ inconclusive",
+        "widened / stock │ 256 │ 1.124 │ 0.792 to 1.596 │ 89.5 │ inconclusive",
         "gsm8k sign-off: inconclusive (10 questions)",
         "cpu-demo: 8 of 8 cells ok (each in report.md)",
         "report.md",

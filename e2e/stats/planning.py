@@ -112,9 +112,12 @@ class Components:
         q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
         nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
         tau2 = d["sd_cell_excess"] ** 2
+        if (d.get("cell_excess") or {}).get("model") != ex.PROPORTIONAL:
+            return cls(
+                d["sd_server"] ** 2, tau2, q, nu, source, None
+            )  # one excess: groups carry no excess of their own
         w = {Point.of(g): g["sd_cell_excess"] ** 2 / tau2 if tau2 > 0 else 1.0 for g in d["groups"]}
-        proportional = (d.get("cell_excess") or {}).get("model") == ex.PROPORTIONAL
-        return cls(d["sd_server"] ** 2, tau2, q, nu, source, w if proportional else None)
+        return cls(d["sd_server"] ** 2, tau2, q, nu, source, w)
 
     def for_groups(self, groups: Iterable[tuple[str, Point]]) -> Components:
         """The same components for other arm names at the same points (a prior from another run):
