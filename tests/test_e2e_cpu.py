@@ -74,6 +74,8 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
     assert not tagged_processes(run)
 
 
+# 5-6 min: behind `slow` for CI's time; tests/test_faults_server.py interrupts every phase and resumes in CI
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     run = tmp_path / "int"
     cmd = [

@@ -46,6 +46,9 @@ def check_run(run, n_cells):
     return cells
 
 
+# 3-4 min: behind `slow` for CI's time; the Ray executor's rows, retries and interrupts against
+# stand-in servers are in tests/test_executor_ray.py (in CI)
+@pytest.mark.slow
 def test_ray_on_real_servers_has_the_local_rows(tmp_path, smollm2):
     """2 cells (one pass, both arms) on a local Ray cluster started for the run: 2 server starts.
     The rows carry every field the local executor's do (tests/test_e2e_cpu.py) plus where they ran."""

@@ -328,7 +328,10 @@ def test_bad_input_is_one_line_user_error(tmp_path, argv, msg, capsys):
 
 
 # -- the whole path on real servers ---------------------------------------------------------------------
+# 3-4 min: behind `slow` for CI's time; test_chat_path_on_a_real_server keeps lm-eval against a real
+# server in CI, and the demo (README's first command) runs the gsm8k step of two arms
 @pytest.mark.server
+@pytest.mark.slow
 def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatch):
     if not (MODEL / "config.json").is_file():
         pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
