@@ -27,7 +27,9 @@ def _choose(by_cell: dict[str, list[dict]], min_effect: float = 1.0, setting: st
     return choose_estimator(setting, ok, by_cell, L, S, min_effect)
 
 
-def test_a_length_dependent_prefill_bias_sends_that_arm_and_point_alone_to_the_plain_estimate():
+def test_a_length_dependent_prefill_bias_sends_that_point_alone_to_the_plain_estimate():
+    """The faulty arm at 32K falls back; the reference at 32K follows it (one estimator per point, so
+    a ratio never divides one definition by the other); the arm at 1K keeps the corrected one."""
     by_cell = {
         **_cells("ref", sst.FAULTS["noise"]),
         **_cells("arm", sst.FAULTS["long +6 ms at 32K"]),
@@ -37,7 +39,11 @@ def test_a_length_dependent_prefill_bias_sends_that_arm_and_point_alone_to_the_p
     t = c.by_point[("arm", Point(D32))]
     assert t.estimator == estimate.CLIENT and t.gap_pct > t.tol_pct == 0.5
     assert "prefill is reported" in t.why
-    assert c.by_point[("ref", Point(D32))].estimator == estimate.CORRECTED
+    ref = c.by_point[("ref", Point(D32))]
+    assert (
+        ref.estimator == estimate.CLIENT
+        and ref.why == "one estimator per point: arm at this point is on the plain estimate"
+    )
     assert c.by_point[("arm", Point(1024))].estimator == estimate.CORRECTED
     assert c.name == estimate.MIXED and "arm at 32768" in c.note and c.warning.startswith("estimator:")
     assert {c.estimator_of[cid] for cid in by_cell if cid.endswith("d32768-arm")} == {estimate.CLIENT}

@@ -41,10 +41,10 @@ def test_the_stored_prior_is_what_the_committed_runs_give():
 
 def test_an_arm_other_than_the_reference_adds_its_ratio_sd_and_other_points_take_the_largest():
     sd = run_prior.stated()
-    assert sd.sd(Point(32768), True) == pytest.approx(0.00143)
-    assert sd.sd(Point(32768), False) == pytest.approx(math.hypot(0.00143, 0.00676))
-    assert sd.sd(Point(4096, 4), True) == pytest.approx(0.00148)  # not measured: the largest level
-    assert sd.sd(Point(4096, 4), False) == pytest.approx(math.hypot(0.00148, 0.00676))
+    assert sd.sd(Point(32768), True) == pytest.approx(0.00311)
+    assert sd.sd(Point(32768), False) == pytest.approx(math.hypot(0.00311, 0.00363))
+    assert sd.sd(Point(4096, 4), True) == pytest.approx(0.00322)  # not measured: the largest level
+    assert sd.sd(Point(4096, 4), False) == pytest.approx(math.hypot(0.00322, 0.00363))
     assert RunSd.flat(0.01, "x").sd(Point(1), False) == 0.01
     assert RunSd.flat(0.0, "x").off and not sd.off
 
@@ -106,8 +106,8 @@ def test_same_software_on_two_days_is_no_longer_slower_on_one_run_a_side():
     w = new[("widened", 8192)]
     assert w["decision"] != verdicts.SLOWER and w["p_adjusted"] > 0.05
     assert w["ratio_ci_lo"] < 1 < w["ratio_ci_hi"] and w["ratio"] == pytest.approx(old[("widened", 8192)]["ratio"])
-    assert w["run_sd_pct"] == pytest.approx(100 * math.hypot(0.00148, 0.00238))
-    assert new[("stock", 8192)]["run_sd_pct"] == pytest.approx(0.148)
+    assert w["run_sd_pct"] == pytest.approx(100 * math.hypot(0.00322, 0.00071))
+    assert new[("stock", 8192)]["run_sd_pct"] == pytest.approx(0.322)
 
 
 def test_compare_names_the_confound_and_run_sd_0_is_the_old_rule(capsys, tmp_path):
@@ -115,7 +115,7 @@ def test_compare_names_the_confound_and_run_sd_0_is_the_old_rule(capsys, tmp_pat
     args = _parse(compare.add_compare_args, str(PRECISION), str(NEIGHBOUR), "--json", str(out))
     assert compare.compare_main(args) == compare.CANNOT_DECIDE  # widened: inconclusive at 1 %
     said = " ".join(capsys.readouterr().out.split())
-    assert "one run per release (one run a side): a run-to-run sd of 0.14-0.69 % is assumed, not measured" in said
+    assert "one run per release (one run a side): a run-to-run sd of 0.15-0.48 % is assumed, not measured" in said
     j = json.loads(out.read_text())
     assert j["run_sd_source"].startswith("the stated prior") and all(r["run_sd_pct"] > 0 for r in j["rows"])
     args = _parse(compare.add_compare_args, str(PRECISION), str(NEIGHBOUR), "--run-sd", "0")

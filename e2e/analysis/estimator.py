@@ -4,7 +4,7 @@ the run's statement of them, and the bookends tested under them."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,18 +42,25 @@ def choose_estimator(
     n_long: int,
     n_short: int,
     min_effect_pct: float,
+    client_at: Collection[ArmPoint] = (),
 ) -> Choice:
     """Per arm and point of the finished cells `ok` (cell id -> cell row): the prefill-corrected
     estimate where the setting allows it and the prefill guard trusts the server's timings
-    (prefill_guard.judge), else the plain client estimate; a warning names the points that fell back."""
+    (prefill_guard.judge), else the plain client estimate; a warning names the points that fell back.
+    `client_at`: arm x points put on the plain client estimate whatever the guard says (`compare`
+    does it where the other run is on it, so both sides of a row share one definition)."""
     groups: dict[ArmPoint, list[str]] = defaultdict(list)
     for cid, c in ok.items():
         groups[(c["arm"], Point.of(c))].append(cid)
     choice = Choice(estimate.CLIENT, "", None)
+    plains: dict[ArmPoint, dict[str, stats.CellStats]] = {}
     for key, cids in groups.items():
-        plain = {cid: stats.cell_stats(by_cell.get(cid, []), n_long, n_short) for cid in cids}
+        plain = plains[key] = {cid: stats.cell_stats(by_cell.get(cid, []), n_long, n_short) for cid in cids}
         if setting == estimate.CLIENT:
             trust = prefill_guard.Trust(estimate.CLIENT, 'stats.estimator = "client"')
+            chosen = plain
+        elif key in client_at:
+            trust = prefill_guard.Trust(estimate.CLIENT, "the run compared with this one is on the plain estimate here")
             chosen = plain
         else:
             corr = {
@@ -67,8 +74,26 @@ def choose_estimator(
         choice.by_point[key] = trust
         choice.cells.update(chosen)
         choice.estimator_of.update({cid: trust.estimator for cid in cids})
+    _one_definition_per_point(choice, groups, plains)
     _state(choice, setting)
     return choice
+
+
+def _one_definition_per_point(
+    choice: Choice, groups: Mapping[ArmPoint, list[str]], plains: Mapping[ArmPoint, dict[str, stats.CellStats]]
+) -> None:
+    """Every arm at a point on one estimator: the plain client one where any arm there is on it. An
+    arm's ratio to the reference at a point is then one definition over another, never the corrected
+    estimate over the plain one, whose difference is the prefill gap the guard only bounds."""
+    client = {p for (_, p), t in choice.by_point.items() if t.estimator == estimate.CLIENT}
+    for (arm, p), t in list(choice.by_point.items()):
+        if p in client and t.estimator != estimate.CLIENT:
+            others = sorted(a for (a, q), u in choice.by_point.items() if q == p and u.estimator == estimate.CLIENT)
+            choice.by_point[(arm, p)] = prefill_guard.Trust(
+                estimate.CLIENT, f"one estimator per point: {', '.join(others)} at this point is on the plain estimate"
+            )
+            choice.cells.update(plains[(arm, p)])
+            choice.estimator_of.update({cid: estimate.CLIENT for cid in groups[(arm, p)]})
 
 
 def _state(choice: Choice, setting: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from e2e.errors import UserError
 from e2e.gpu import bandwidth, roofline
 from e2e.rundir import gpu_rows
 from e2e.rundir.store import counted_requests
-from e2e.stats import bookends, planning, verdicts
+from e2e.stats import bookends, estimate, planning, verdicts
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
@@ -34,10 +35,12 @@ Key = tuple[str, Point, int]  # (arm, point, pass)
 class RunAnalysis:
     """Everything a report shows, computed once from one run (a folder, or a RunRecord)."""
 
-    def __init__(self, run: RunRecord | Path | str, estimator: str | None = None):
+    def __init__(
+        self, run: RunRecord | Path | str, estimator: str | None = None, client_at: Collection[tuple[str, Point]] = ()
+    ):
         """run: a run folder, read by run_folder.load, or a RunRecord already read or built in memory.
-        estimator: force one (compare does, so two runs are compared on the same definition); None:
-        the config's stats.estimator rule."""
+        estimator: force one everywhere; None: the config's stats.estimator rule. client_at: arm x
+        points on the plain client estimate whatever the rule says (compare, where the other run is)."""
         record = run if isinstance(run, RunRecord) else run_folder.load(run)
         self.root, self.manifest, self.plan = record.root, record.manifest, record.plan
         self.status = record.status  # harness-died when nobody holds the folder
@@ -57,7 +60,9 @@ class RunAnalysis:
             if cid not in ok and cid not in stalled:
                 what = "not measured" if c.get("status") == "skipped" else "cell failed"
                 self.warnings.append(f"{cid}: {what} ({c.get('error') or 'no reason recorded'}): left out")
-        choice = choose_estimator(self.estimator_setting, ok, by_cell, self.n_long, self.n_short, self.min_effect_pct)
+        choice = choose_estimator(
+            self.estimator_setting, ok, by_cell, self.n_long, self.n_short, self.min_effect_pct, client_at
+        )
         self.estimator, self.estimator_note = choice.name, choice.note
         self.estimator_by_point = choice.rows()  # per arm and point: which estimator and why
         if choice.warning:
@@ -80,6 +85,10 @@ class RunAnalysis:
         self.roofline = self._roofline(record)
         self.slots, slot_warnings = slots.slot_table(self.cell_rows.values(), self.cells, self.alpha)
         self.warnings.extend(slot_warnings)
+
+    def on_client(self) -> set[tuple[str, Point]]:
+        """The arm x points estimated on the plain client estimate (the prefill guard, or the setting)."""
+        return {(r["arm"], Point.of(r)) for r in self.estimator_by_point if r["estimator"] == estimate.CLIENT}
 
     def _settings(self, estimator: str | None) -> None:
         """The config's workload lengths and decision settings (the manifest keeps the config as run)."""

@@ -12,10 +12,10 @@ How it was measured (measure(), `python -m e2e.analysis.run_prior` prints it aga
   fitted mean over its servers; a run with one stock server at a depth: that server's estimate).
 * sd_ratio, per depth: the sample sd of log(each run's widened / stock ratio) across the runs that
   have the A/A arm `widened` (the model's contrast; one server a side: the plain ratio).
-* Each run is read under the estimator it decided per arm and point (its report's numbers): in
-  h200-reference-tp1 the prefill guard puts widened at 32K on the client estimate (-1.21 % against
-  the others' corrected 0.02-0.27 %), which holds most of the 32K sd_ratio (0.38 % if every run is
-  read on the client estimate).
+* Every run is read on one definition per arm and point, as `compare` aligns two runs: the plain
+  client estimate wherever the prefill guard put any of them on it,
+  else the prefill-corrected one (here both arms at 8K and 32K: the plain estimate is the noisier, so
+  those points' sds are the larger).
 * Each sd holds the runs' own within-run error as well as the run factor (the moment estimate
   sd^2 - mean(se^2) is near 0 at 8K and 32K and the sds rest on 4-5 runs): the prior leans
   conservative, and the conformance (e2e/stats/conformance_runs.py) shows what it costs in power.
@@ -53,9 +53,9 @@ PRIOR: dict[str, Any] = {
         "h200-triton-tp1",
     ],
     "points": [
-        {"depth": 1024, "sd_level_pct": 0.148, "n_level": 5, "sd_ratio_pct": 0.187, "n_ratio": 4},
-        {"depth": 8192, "sd_level_pct": 0.148, "n_level": 5, "sd_ratio_pct": 0.238, "n_ratio": 4},
-        {"depth": 32768, "sd_level_pct": 0.143, "n_level": 5, "sd_ratio_pct": 0.676, "n_ratio": 4},
+        {"depth": 1024, "sd_level_pct": 0.15, "n_level": 5, "sd_ratio_pct": 0.187, "n_ratio": 4},
+        {"depth": 8192, "sd_level_pct": 0.322, "n_level": 5, "sd_ratio_pct": 0.071, "n_ratio": 4},
+        {"depth": 32768, "sd_level_pct": 0.311, "n_level": 5, "sd_ratio_pct": 0.363, "n_ratio": 4},
     ],
 }
 
@@ -129,7 +129,11 @@ def measure(folder: Path, anchor: str = ANCHOR) -> dict[str, Any]:
     """The prior as the committed runs under `folder` give it (PRIOR's shape; see the docstring)."""
     from e2e.analysis.run_analysis import RunAnalysis
 
-    runs = [RunAnalysis(p) for p in same_setup(folder, anchor)]
+    folders = same_setup(folder, anchor)
+    # every run on one definition per arm and point, as compare aligns two: the plain client estimate
+    # wherever any of them is on it (the prefill guard), else the corrected one
+    client = set().union(*(RunAnalysis(p).on_client() for p in folders))
+    runs = [RunAnalysis(p, client_at=client) for p in folders]
     points = sorted({p for r in runs for p in r.points if p.concurrency == 1})
     out = []
     for p in points:

@@ -38,7 +38,7 @@ from e2e.report.tables import render_console
 from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
-from e2e.stats import estimate, one_arm, outcomes, run_to_run, verdicts
+from e2e.stats import one_arm, outcomes, run_to_run, verdicts
 from e2e.stats.point import Point
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
@@ -216,14 +216,15 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     """0 no regression, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
     console = console or make_console()
     a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
-    if a.estimator != b.estimator:  # one definition for both sides: the plain one both rows have
+    differ = a.on_client() ^ b.on_client()
+    if differ:  # one definition for both sides of a row: the plain one both runs' rows have
+        shown = ", ".join(f"{arm} at {p}" for arm, p in sorted(differ, key=lambda x: (x[1], x[0])))
         say(
             console,
-            f"warning: the runs' estimators differ ({a.estimator} vs {b.estimator}): both "
-            "compared on the plain client estimate",
+            f"warning: the runs' estimators differ at {shown}: there both are compared on the plain client estimate",
             "yellow",
         )
-        a, b = RunAnalysis(args.run_a, estimate.CLIENT), RunAnalysis(args.run_b, estimate.CLIENT)
+        a, b = RunAnalysis(args.run_a, client_at=differ), RunAnalysis(args.run_b, client_at=differ)
     mism = metadata_mismatches(a, b)
     if mism and not args.force:
         raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")
