@@ -8,9 +8,11 @@ import argparse
 import json
 import shutil
 
+from e2e.analysis.run_analysis import RunAnalysis
 from e2e.cli import main
 from e2e.report import compare, history
 from e2e.stats import verdicts
+from e2e.stats.point import Point
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 
@@ -128,3 +130,19 @@ def test_markup_in_manifests_and_paths_is_printed_not_read(capsys, tmp_path):
     assert "widened / stock" in said and f"in {b}" in said
     assert main(["report", "--pr", str(b)]) == 0
     assert "`/models/[/x]`" in capsys.readouterr().out
+
+
+def test_compare_aligns_the_two_runs_per_arm_and_point_not_whole_runs(capsys):
+    """h200-reference-tp1 is on the plain client estimate at 32K only (its prefill guard, one
+    estimator per point); compared with h200-precision-tp1 (corrected everywhere), both runs' 32K rows
+    go to the plain estimate and every other row keeps the corrected one (the whole runs had gone to
+    the plain one)."""
+    ref, prec = RESULTS / "h200-reference-tp1", RESULTS / "h200-precision-tp1"
+    _, said = _compare(capsys, ref, prec, "--force")  # forced: their min effects differ
+    assert "the runs' estimators differ at rocm-attn at 32768, stock at 32768, widened at 32768" in said
+    at32 = {(a, Point(32768)) for a in ("stock", "widened", "rocm-attn")}
+    assert RunAnalysis(ref).on_client() == at32 and RunAnalysis(prec).on_client() == set()
+    both = RunAnalysis(prec, client_at=at32)  # what compare builds for run B
+    on = {(r["arm"], r["depth"]): r["estimator"] for r in both.estimator_by_point}
+    assert on[("stock", 32768)] == on[("widened", 32768)] == "client"
+    assert on[("stock", 1024)] == on[("widened", 8192)] == "prefill-corrected"
