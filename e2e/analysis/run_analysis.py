@@ -12,7 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,9 +46,11 @@ class RunAnalysis:
         self.status = record.status  # harness-died when nobody holds the folder
         self._settings(estimator)
         self.warnings: list[str] = list(record.warnings)
-        self.cell_rows = _first_per_cell(record.cells, self.warnings)
+        # The rows arrive typed (formats.CellRowDict, RequestRowDict); the tables below keep them as dicts.
+        requests = cast(list[dict[str, Any]], record.requests)
+        self.cell_rows = _first_per_cell(cast(list[dict[str, Any]], record.cells), self.warnings)
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in counted_requests(list(self.cell_rows.values()), record.requests):
+        for r in counted_requests(list(self.cell_rows.values()), requests):
             by_cell[r["cell_id"]].append(r)
         kept, stalled, stall_notes = stalls.refuse_stalled(dict(by_cell), (self.n_long, self.n_short))
         by_cell = defaultdict(list, kept)
@@ -69,7 +71,7 @@ class RunAnalysis:
             self.warnings.append(choice.warning)
         self._cell_stats(ok, choice.cells)
         # a bookend tests the values its cells were decided on (the runner could only test the client's)
-        self.cell_rows = bookends_under(self.cell_rows, record.requests, choice.estimator_of, self.n_long, self.n_short)
+        self.cell_rows = bookends_under(self.cell_rows, requests, choice.estimator_of, self.n_long, self.n_short)
         self.bookends = bookends.server_flags(self.cell_rows.values())
         self.fit = vm.fit(
             [(a, d, self.server_of[(a, d, p)], cs) for (a, d, p), cs in self.cells.items()],

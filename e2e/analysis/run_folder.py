@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.gpu import roofline
+from e2e.rundir.formats import CellRowDict, RequestRowDict
 from e2e.rundir.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, effective_status
 
 
@@ -23,8 +24,8 @@ class RunRecord:
     root: Path  # the folder read; named in messages
     manifest: dict[str, Any]
     plan: list[dict[str, Any]]
-    cells: list[dict[str, Any]]  # cells.jsonl
-    requests: list[dict[str, Any]]  # requests.jsonl
+    cells: list[CellRowDict]  # cells.jsonl
+    requests: list[RequestRowDict]  # requests.jsonl
     status: Any  # the manifest's status as a reader should state it (`harness-died`)
     model_config: dict[str, Any] | None = None  # the model's config.json (the HBM floor's geometry)
     model_config_missing: str = "no model config.json read"  # why model_config is None

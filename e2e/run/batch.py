@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.design.config import WorkloadCfg
 from e2e.run import metrics
 from e2e.run.measure import CellResult, TokenSampler, check_row, run_rounds
+from e2e.rundir.formats import MeasuredRow
 from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
 from e2e.safety.http_read import TooLarge, exchange
 from e2e.serve.server import SERVED_NAME, ServerGone
@@ -256,7 +257,7 @@ def measure_batch_cell(
     depth: int,
     wl: WorkloadCfg,
     sampler: TokenSampler,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[MeasuredRow], None],
     phase: Callable[[str], None],
     stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
     between_rounds: Callable[[int], None] | None = None,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -23,6 +23,7 @@ import numpy as np
 from e2e.design.config import WorkloadCfg
 from e2e.errors import UserError
 from e2e.run import metrics
+from e2e.rundir.formats import MeasuredRow
 from e2e.safety.http_read import ANSWER_MAX_BYTES as ANSWER_MAX
 from e2e.safety.http_read import TooLarge, exchange, get
 from e2e.serve.server import SERVED_NAME, ServerGone
@@ -202,7 +203,7 @@ def measure_cell(
     depth: int,
     wl: WorkloadCfg,
     sampler: TokenSampler,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[MeasuredRow], None],
     phase: Callable[[str], None],
     stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
     between_rounds: Callable[[int], None] | None = None,
@@ -221,7 +222,7 @@ def measure_cell(
 def run_rounds(
     wl: WorkloadCfg,
     one: Callable[[int], tuple[dict[str, Any], str | None]],
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[MeasuredRow], None],
     phase: Callable[[str], None],
     stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
     between_rounds: Callable[[int], None] | None = None,
@@ -259,7 +260,7 @@ def run_rounds(
                 "invalid_reason": reason,
             }
             rows.append(row)
-            emit(row)
+            emit(cast(MeasuredRow, row))  # the fields MeasuredRow names: the round's, and complete()'s
         rnd += 1
         between(rnd)
         if rnd < wl.rounds:

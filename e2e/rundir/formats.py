@@ -11,6 +11,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from e2e.design.config import is_plain_name
 from e2e.errors import UserError
 from e2e.rundir import manifest_model
+from e2e.stats.rows import MeasuredRow as MeasuredRow  # re-exported: the rows' types, in one place
+from e2e.stats.rows import RequestRowDict as RequestRowDict
+from e2e.stats.rows import RoundRequestDict as RoundRequestDict
+from e2e.stats.rows import RowIdentity
 
 
 def now() -> str:
@@ -245,6 +249,59 @@ class PlanEntry(BaseModel):
 
 
 ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}
+
+
+# -- the rows as they cross stages -------------------------------------------------------------------
+# The same rows as TypedDicts: a row stays a plain dict (on disk and in memory) and the type checker holds
+# every stage that builds or reads one to its fields. The request row's are e2e/stats/rows.py's (the
+# statistics read it, and sit below this stage); tests/test_row_models.py holds each to its model above.
+class _CellStatus(RowIdentity):
+    status: Literal["ok", "failed", "skipped"]
+
+
+class CellRowDict(_CellStatus, total=False):  # required fields by totality (e2e/stats/rows.py says why)
+    """One cells.jsonl row (CellRow checks it)."""
+
+    index: int | None
+    server_key: str | None
+    startup_s: float | None
+    startup_phases: dict[str, Any] | None
+    warmup_s: float | None
+    measure_s: float | None
+    warmup_valid: bool
+    stopped_by: str | None
+    rounds: int | None
+    decode_ms_per_token: float | None
+    decode_corrected_ms_per_token: float | None
+    server_decode_ms_per_token: float | None
+    client_overhead_ms_median: float | None
+    error: str | None
+    log_path: str | None
+    log_tail: str | None
+    leftover_pids: list[int]
+    routing: dict[str, Any] | None
+    finished: str | None
+    slot: str | None
+    slot_host: str | None
+    executor: str | None
+    at_once: int | None
+    gpu_state: dict[str, Any] | None  # GpuCellState
+    concurrency: int | None
+    bookend: dict[str, Any] | None  # BookendResult
+    # the cell's estimate (e2e/stats/estimate.py cell_estimate), beside the fields CellRow checks
+    n_valid_long: int
+    n_valid_short: int
+    n_invalid: int
+    t_long_median_s: float | None
+    t_short_median_s: float | None
+    server_itl_ms: float | None
+
+
+# Fields a cell row may carry that CellRow leaves to extra="allow" (kept, never checked).
+CELL_UNCHECKED = frozenset(
+    {"warmup_valid", "leftover_pids", "n_valid_long", "n_valid_short", "n_invalid", "t_long_median_s"}
+    | {"t_short_median_s", "server_itl_ms"}
+)
 
 
 def _build(kind: str, fields: dict[str, Any]) -> dict[str, Any]:

@@ -25,13 +25,14 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from e2e.design.config import is_plain_name
 from e2e.errors import UserError
 from e2e.rundir import formats
+from e2e.rundir.formats import CellRowDict, RequestRowDict
 from e2e.rundir.gpu_rows import VOIDED
 from e2e.safety.safe_io import check_closed, open_append, open_nofollow, probe_writable, real_dir, write_atomic
 
@@ -39,6 +40,7 @@ MANIFEST = "manifest.json"
 PLAN = "plan.json"
 REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
+Row = TypeVar("Row", bound=Mapping[str, Any])  # a request row: RequestRowDict, or a plain dict of one
 KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
 MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
 ATTEMPT_DIR = re.compile(r"^(records|gpu)-a(\d+)$")  # cells/<server>/ per attempt: routing records, GPU samples
@@ -269,11 +271,13 @@ class RunStore:
     def plan(self) -> list[dict[str, Any]]:
         return formats.read_plan(_read_json(self.root / PLAN), str(self.root / PLAN))
 
-    def cells(self) -> list[dict[str, Any]]:
-        return formats.read_rows("cells", read_jsonl(self.root / CELLS), str(self.root / CELLS))
+    def cells(self) -> list[CellRowDict]:
+        rows = formats.read_rows("cells", read_jsonl(self.root / CELLS), str(self.root / CELLS))
+        return cast(list[CellRowDict], rows)  # checked by formats.CellRow
 
-    def requests(self) -> list[dict[str, Any]]:
-        return formats.read_rows("requests", read_jsonl(self.root / REQUESTS), str(self.root / REQUESTS))
+    def requests(self) -> list[RequestRowDict]:
+        rows = formats.read_rows("requests", read_jsonl(self.root / REQUESTS), str(self.root / REQUESTS))
+        return cast(list[RequestRowDict], rows)  # checked by formats.RequestRow
 
     def finished_cell_ids(self) -> set[str]:
         return {r["cell_id"] for r in self.cells()}
@@ -329,7 +333,7 @@ def voided(server_dir: Path) -> list[dict[str, Any]]:
     return [formats.read_voided(_read_json(f), str(f)) for f in sorted(Path(server_dir).glob(f"gpu-a*/{VOIDED}"))]
 
 
-def counted_requests(cells: list[dict[str, Any]], requests: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def counted_requests(cells: Iterable[Mapping[str, Any]], requests: Iterable[Row]) -> Iterator[Row]:
     """Request rows that belong to the recorded attempt of a finished cell (never a dead attempt, nor a
     row marked voided), and are its timed rounds (never a server's closing "bookend" rounds,
     e2e/stats/bookends.py)."""

@@ -13,6 +13,7 @@ __all__ = [
     "planning",
     "point",
     "prefill_guard",
+    "rows",
     "run_to_run",
     "signoff",
     "stall",

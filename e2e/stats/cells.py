@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from e2e.stats.estimate import CLIENT, differenced_ms, request_value
+from e2e.stats.rows import Row
 
 SCHEMA_VERSION = 1  # of every result file written from these statistics
 LEVEL = 0.95  # confidence level of every interval
@@ -83,7 +84,7 @@ def robust_scale(x: np.ndarray) -> float | None:
 
 # -- per cell ---------------------------------------------------------------------------------
 def round_values(
-    rows: Iterable[dict[str, Any]], n_long: int, n_short: int, estimator: str = CLIENT
+    rows: Iterable[Row], n_long: int, n_short: int, estimator: str = CLIENT
 ) -> tuple[np.ndarray, np.ndarray]:
     """Y (s) per round under `estimator`: arrays (long, short) indexed by round, NaN where the round
     has no valid row of that length (or no Y). Every round with a valid row is kept, so the arrays of
@@ -275,12 +276,7 @@ def _pct(x: float | None) -> float | None:
 
 
 def cell_stats(
-    rows: Sequence[dict[str, Any]],
-    n_long: int,
-    n_short: int,
-    level: float = LEVEL,
-    seed: int = SEED,
-    estimator: str = CLIENT,
+    rows: Sequence[Row], n_long: int, n_short: int, level: float = LEVEL, seed: int = SEED, estimator: str = CLIENT
 ) -> CellStats:
     """Estimate, interval, spread, robust noise and warnings of one cell from its timed rows
     (measure.py rows), under `estimator` (e2e.stats.estimate).
@@ -345,7 +341,7 @@ def cell_stats(
     return cs
 
 
-def _check_against_server(cs: CellStats, rows: Sequence[dict[str, Any]]) -> None:
+def _check_against_server(cs: CellStats, rows: Sequence[Row]) -> None:
     """The server's own decode time differenced the same way, and whether the estimate is far from it."""
 
     def decode_s(n: int) -> list[float]:
@@ -363,7 +359,7 @@ def _check_against_server(cs: CellStats, rows: Sequence[dict[str, Any]]) -> None
 
 
 def _check_against_client(
-    cs: CellStats, rows: Sequence[dict[str, Any]], long_s: np.ndarray, short_s: np.ndarray, seed: int
+    cs: CellStats, rows: Sequence[Row], long_s: np.ndarray, short_s: np.ndarray, seed: int
 ) -> None:
     """The plain client estimate beside a corrected one, and whether the two agree: the paired
     bootstrap (the same resampled rounds for both) gives the sd of their difference."""

@@ -24,7 +24,7 @@ numbers out. Intervals and decisions live in stats.py and verdicts.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from statistics import median
 from typing import Any
 
@@ -40,13 +40,13 @@ DESCRIPTION = {
 }
 
 
-def request_value(estimator: str) -> Callable[[dict[str, Any]], float | None]:
+def request_value(estimator: str) -> Callable[[Mapping[str, Any]], float | None]:
     """Y of one request row under an estimator (seconds), None where it cannot be formed."""
     if estimator == CLIENT:
         return lambda r: r.get("t_client_s")
     if estimator == CORRECTED:
 
-        def corrected(r: dict[str, Any]) -> float | None:
+        def corrected(r: Mapping[str, Any]) -> float | None:
             t, p = r.get("t_client_s"), r.get("server_prefill_s")
             return None if t is None or p is None else t - p
 
