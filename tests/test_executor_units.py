@@ -23,6 +23,7 @@ from e2e.run.executors.slots import make_slots
 from e2e.run.executors.versions import arm_versions, check_one_version, earlier
 from e2e.rundir.store import CELLS, REQUESTS
 from e2e.serve.launch import compile_cache_env
+from e2e.stats.point import Point
 from tests.support import ROOT
 
 
@@ -248,3 +249,15 @@ def test_a_cluster_address_that_cannot_work_is_one_line_within_seconds(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and err.startswith("error: --ray-address") and why in err, err
     assert time.monotonic() - t0 < 30 and not (tmp_path / "x").exists()  # ray.init alone retries for minutes
+
+
+def test_a_lost_cell_s_failed_row_keeps_its_design_point():
+    """A cell at c > 1 whose node was lost past the retries: its failed row names its concurrency
+    (without it the row read as batch 1 and the report put the failure at the wrong point)."""
+    from e2e.run.executors.ray_executor import lost_row
+
+    c = Cell(index=3, pass_=1, arm="stock", depth=256, server_key="k", concurrency=4)
+    row = lost_row(c, "1-lost", "node gone", "s0", "h0", 1)
+    assert row["cell_id"] == "p1-d256-c4-stock" and row["status"] == "failed"
+    assert Point.of(row) == Point(256, 4) and row["index"] == 3
+    assert "concurrency" not in lost_row(Cell(0, 1, "stock", 256, "k"), "1-lost", "x", "s0", "h0", 1)

@@ -4,6 +4,7 @@ tables at the end of a run are the summary's: e2e/report/answer.py.) Every line 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -62,7 +63,7 @@ class Progress:
     def note(self, text: str) -> None:
         say(self.console, text)
 
-    def cell_done(self, cell: Any, row: dict[str, Any]) -> None:
+    def cell_done(self, cell: Any, row: Mapping[str, Any]) -> None:
         msg = (
             f"{row['cell_id']}: {row['status']}  start {num(row.get('startup_s'), '{:.1f}')} s  "
             f"warm {num(row.get('warmup_s'), '{:.1f}')} s  measure {num(row.get('measure_s'), '{:.1f}')} s  "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ from e2e.gpu import gpu_state
 from e2e.run.batch import BatchClient, measure_batch_cell
 from e2e.run.measure import CellClient, CellResult, TokenSampler, measure_cell
 from e2e.rundir import routing
-from e2e.rundir.formats import cell_row, now, request_row
+from e2e.rundir.formats import CellRowDict, cell_row, now, request_row
 from e2e.rundir.gpu_rows import describe
 from e2e.rundir.store import CELLS, REQUESTS
 from e2e.safety.interrupts import sigterm_as_interrupt
@@ -52,7 +52,7 @@ class Rows(Protocol):
 
     def log_path(self, name: str) -> Path: ...
 
-    def append(self, name: str, row: dict[str, Any]) -> None: ...
+    def append(self, name: str, row: Mapping[str, Any]) -> None: ...
 
     def void_rows(self, cell_id: str, attempt: str, why: str) -> None: ...
 
@@ -67,7 +67,7 @@ class Events(Protocol):
 
     def note(self, text: str) -> None: ...
 
-    def cell_done(self, cell: Any, row: dict[str, Any]) -> None: ...
+    def cell_done(self, cell: Any, row: Mapping[str, Any]) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -93,12 +93,12 @@ class Runner:
         self.gpu_wait_s = gpu_state.PRESTART_WAIT_S if gpu_wait_s is None else gpu_wait_s
 
     # -- the loop -----------------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[CellRowDict]:
         """Run every cell that has no row yet; returns the rows written by this call."""
         done = self.store.finished_cell_ids()
         todo = [c for c in self.cells if c.cell_id not in done]
         self.progress.start(total=len(self.cells), done=len(self.cells) - len(todo))
-        written: list[dict[str, Any]] = []
+        written: list[CellRowDict] = []
         try:
             with sigterm_as_interrupt():
                 for group in server_groups(todo):
@@ -107,7 +107,7 @@ class Runner:
             self.progress.stop()
         return written
 
-    def _run_group(self, group: list[Cell]) -> list[dict[str, Any]]:
+    def _run_group(self, group: list[Cell]) -> list[CellRowDict]:
         """Cells that share one server (one cell in fresh mode), each retried on fresh servers.
 
         Every cell has its own `retries`: on a shared server a failure is charged to the cell in
@@ -116,7 +116,7 @@ class Runner:
         arm = self.cfg.arm(group[0].arm)
         key = group[0].server_key
         remaining = list(group)
-        rows: list[dict[str, Any]] = []
+        rows: list[CellRowDict] = []
         watch = self._watch(key, arm)
         # A resumed group numbers its servers past the attempts already on disk (their files stay theirs).
         ctx: dict[str, Any] = {"started": self.store.attempts_used(key), "watch": watch}
@@ -181,7 +181,7 @@ class Runner:
         return watch
 
     def _cells_on(
-        self, server: VllmServer, arm: ArmCfg, remaining: list[Cell], rows: list[dict[str, Any]], ctx: dict[str, Any]
+        self, server: VllmServer, arm: ArmCfg, remaining: list[Cell], rows: list[CellRowDict], ctx: dict[str, Any]
     ) -> None:
         """The group's cells, in order, on one started server; each measured cell leaves `remaining`."""
         watch = ctx["watch"]
@@ -207,7 +207,7 @@ class Runner:
             for batch in ctx.pop("batch", {}).values():
                 batch.close()
 
-    def _gave_up(self, cell: Cell, arm: ArmCfg, ctx: dict[str, Any], g: GaveUp) -> dict[str, Any]:
+    def _gave_up(self, cell: Cell, arm: ArmCfg, ctx: dict[str, Any], g: GaveUp) -> CellRowDict:
         """A cell whose every server failed: its failed row (the plugin's own words on why, when it
         left any), and with --fail-fast the end of the run."""
         folded = routing.fold_records(ctx["record_dir"], arm, wait_s=0)  # keeps a worker's plugin error
@@ -221,7 +221,7 @@ class Runner:
 
     def _measure(
         self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient, ctx: dict[str, Any], startup_s: float
-    ) -> dict[str, Any]:
+    ) -> CellRowDict:
         base = {
             "cell_id": cell.cell_id,
             "attempt": ctx["tag"],
@@ -284,10 +284,10 @@ class Runner:
         )
         return row
 
-    def _write(self, cell: Cell, row: dict[str, Any]) -> None:
-        row = cell_row(**row)  # checked again: the bookend was added after the row was built
-        self.store.append(CELLS, row)
-        self.progress.cell_done(cell, row)
+    def _write(self, cell: Cell, row: Mapping[str, Any]) -> None:
+        checked = cell_row(**row)  # checked again: the bookend was added after the row was built
+        self.store.append(CELLS, checked)
+        self.progress.cell_done(cell, checked)
 
     def _bookend(self, server: VllmServer, client: CellClient, ctx: dict[str, Any]) -> dict[str, Any]:
         """The server's first depth again, at the end of its life (e2e/stats/bookends.py). Its rows carry
@@ -368,7 +368,7 @@ class Runner:
 
     def _record_failed(
         self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> CellRowDict:
         row = cell_row(
             cell_id=cell.cell_id,
             attempt=ctx["tag"],

@@ -4,7 +4,7 @@ the timestamp format, and (below) the typed rows."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -310,18 +310,18 @@ def _build(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def cell_row(**fields: Any) -> dict[str, Any]:
-    """The one constructor of a cells.jsonl row (pass `pass` as pass_=...)."""
+def cell_row(**fields: Any) -> CellRowDict:
+    """The one constructor of a cells.jsonl row (pass `pass` as pass_=...), checked by CellRow."""
     if "pass_" in fields:
         fields["pass"] = fields.pop("pass_")
-    return _build("cells", fields)
+    return cast(CellRowDict, _build("cells", fields))
 
 
-def request_row(**fields: Any) -> dict[str, Any]:
-    """The one constructor of a requests.jsonl row."""
+def request_row(**fields: Any) -> RequestRowDict:
+    """The one constructor of a requests.jsonl row, checked by RequestRow."""
     if "pass_" in fields:
         fields["pass"] = fields.pop("pass_")
-    return _build("requests", fields)
+    return cast(RequestRowDict, _build("requests", fields))
 
 
 def _first_error(exc: ValidationError) -> str:

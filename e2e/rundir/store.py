@@ -208,7 +208,7 @@ class RunStore:
     def write_plan(self, cells: list[dict[str, Any]]) -> None:
         self._guarded(lambda: write_json_atomic(self.root / PLAN, cells))
 
-    def append(self, name: str, row: dict[str, Any]) -> None:
+    def append(self, name: str, row: Mapping[str, Any]) -> None:
         """Append one row and fsync it: a crash after this returns cannot lose the row. Rows are
         built by formats.cell_row / request_row; a bare dict gets the file kind's version."""
         row = {"schema_version": formats.VERSIONS[KIND[name]], **row}

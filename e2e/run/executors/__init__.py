@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from e2e.design.plan import Cell
     from e2e.report.progress import Progress
     from e2e.run.measure import TokenSampler
+    from e2e.rundir.formats import CellRowDict
     from e2e.rundir.store import RunStore
 
 __all__ = ["KINDS", "Executor", "ExecutorOptions", "LocalExecutor", "create"]
@@ -39,7 +40,7 @@ class Executor(Protocol):
 
     def run(
         self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress, sampler: TokenSampler
-    ) -> list[dict[str, Any]]:
+    ) -> list[CellRowDict]:
         """Measure the cells that have no row in `store` yet; returns the cell rows this call wrote.
         Called once per stage of a run (adaptive replication calls it again with more cells)."""
         ...
@@ -76,7 +77,7 @@ class LocalExecutor:
 
     def run(
         self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress, sampler: TokenSampler
-    ) -> list[dict[str, Any]]:
+    ) -> list[CellRowDict]:
         from e2e.run.runner import Runner
         from e2e.stats.cells import target_ci_stop_rule
 

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +77,13 @@ class NodeStore:
     def attempts_used(self, key: str) -> int:
         return 0  # a task's folder is new: `offset` numbers its attempts past the group's earlier ones
 
-    def append(self, name: str, row: dict[str, Any]) -> None:
+    def append(self, name: str, row: Mapping[str, Any]) -> None:
         self.send((name, self.shifted(name, row)))
 
     def void_rows(self, cell_id: str, attempt: str, why: str) -> None:
         self.send(("void", cell_id, shift_attempt(attempt, self.offset), shift_errors(why, self.offset)))
 
-    def shifted(self, name: str, row: dict[str, Any]) -> dict[str, Any]:
+    def shifted(self, name: str, row: Mapping[str, Any]) -> dict[str, Any]:
         row = dict(row, attempt=shift_attempt(row["attempt"], self.offset))
         if name == CELLS:
             if row.get("log_path"):
@@ -131,7 +131,7 @@ class NodeProgress:
     def note(self, text: str) -> None:
         self.send(("note", shift_errors(text, self.offset)))
 
-    def cell_done(self, cell: Any, row: dict[str, Any]) -> None:
+    def cell_done(self, cell: Any, row: Mapping[str, Any]) -> None:
         pass  # the driver reports a cell when its row arrives
 
     def stop(self) -> None:

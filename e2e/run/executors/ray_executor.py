@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     import ray
@@ -36,7 +36,7 @@ from e2e.run.executors.ray_cleanup import exposure_warnings, stop_orphans_everyw
 from e2e.run.executors.ray_tasks import run_group
 from e2e.run.executors.slots import Slot, least_loaded
 from e2e.run.executors.versions import check_one_version, earlier
-from e2e.rundir.formats import cell_row, now
+from e2e.rundir.formats import CellRowDict, cell_row, now
 from e2e.rundir.store import CELLS, REQUESTS, RunStore
 from e2e.safety.interrupts import INTERRUPTS, held
 from e2e.safety.redact import secret_values
@@ -61,6 +61,28 @@ class Flight:
     started: int = 0  # server starts seen (each one attempt)
     at_once: int = 1  # most cells running at once on this host during the task
     reasons: list[str] = field(default_factory=list)
+
+
+def lost_row(c: Cell, attempt: str, error: str, slot: str, host: str, at_once: int) -> CellRowDict:
+    """The failed row of a cell whose node was lost past the retries: the cell's own identity, its
+    design point included (a cell at c > 1 without `concurrency` would read as batch 1)."""
+    return cell_row(
+        cell_id=c.cell_id,
+        attempt=attempt,
+        pass_=c.pass_,
+        arm=c.arm,
+        depth=c.depth,
+        **({"concurrency": c.concurrency} if c.concurrency > 1 else {}),
+        index=c.index,
+        server_key=c.server_key,
+        status="failed",
+        error=error,
+        slot=slot,
+        slot_host=host,
+        executor="ray",
+        at_once=at_once,
+        finished=now(),
+    )
 
 
 class RayExecutor:
@@ -126,7 +148,7 @@ class RayExecutor:
     # -- the run ------------------------------------------------------------------------------
     def run(
         self, cfg: Config, store: RunStore, cells: list[Cell], progress: Progress, sampler: TokenSampler
-    ) -> list[dict[str, Any]]:
+    ) -> list[CellRowDict]:
         self.cfg, self.store, self.progress = cfg, store, progress
         self.run_root = str(Path(store.root).resolve())
         self.by_index = {c.index: c for c in cells}
@@ -140,7 +162,7 @@ class RayExecutor:
             for g in server_groups([c for c in cells if c.cell_id not in self.finished])
         ]
         self.flights: dict[str, Flight] = {}
-        self.written: list[dict[str, Any]] = []
+        self.written: list[CellRowDict] = []
         progress.start(total=len(cells), done=len(cells) - sum(len(f.cells) for f in self.pending))
         if not self.swept_orphans:
             self.swept_orphans = True
@@ -239,16 +261,16 @@ class RayExecutor:
     def _cell(self, f: Flight, row: dict[str, Any]) -> None:
         if row.get("status") != "ok" and f.prior:
             row["error"] = "; ".join(f.prior + [row.get("error") or ""])
-        row = cell_row(
-            **{**row, "slot": f.slot.name, "slot_host": f.slot.host, "executor": "ray", "at_once": f.at_once}
+        self._write(
+            cell_row(**{**row, "slot": f.slot.name, "slot_host": f.slot.host, "executor": "ray", "at_once": f.at_once})
         )
-        self._write(row)
 
-    def _write(self, row: dict[str, Any]) -> None:
+    def _write(self, row: CellRowDict) -> None:
         self.store.append(CELLS, row)
         self.finished.add(row["cell_id"])
         self.written.append(row)
-        self.progress.cell_done(self.by_index[row["index"]], row)
+        # every row this executor writes is of one of its planned cells, so it names the cell's index
+        self.progress.cell_done(self.by_index[cast(int, row["index"])], row)
 
     def _files(self, files: dict[str, bytes]) -> None:
         root = Path(self.store.root)
@@ -298,24 +320,7 @@ class RayExecutor:
         alive = rc.alive_node_ids()
         if offset > self.cfg.run.retries or not any(s.node_id in alive for s in self.slots):
             for c in left:
-                self._write(
-                    cell_row(
-                        cell_id=c.cell_id,
-                        attempt=f"{offset - 1}-lost",
-                        pass_=c.pass_,
-                        arm=c.arm,
-                        depth=c.depth,
-                        index=c.index,
-                        server_key=c.server_key,
-                        status="failed",
-                        error="; ".join(reasons),
-                        slot=f.slot.name,
-                        slot_host=f.slot.host,
-                        executor="ray",
-                        at_once=f.at_once,
-                        finished=now(),
-                    )
-                )
+                self._write(lost_row(c, f"{offset - 1}-lost", "; ".join(reasons), f.slot.name, f.slot.host, f.at_once))
             if self.cfg.run.fail_fast:
                 raise UserError(f"cell {left[0].cell_id} failed (--fail-fast): {reasons[-1]}")
             return
