@@ -90,16 +90,24 @@ def test_mde_shrinks_with_servers_and_grows_with_the_server_spread(figs):
     assert all(figs[f"aa_mde_{r}_k{k}"].value > sim_.REGIMES[r].min_effect for r in REGIMES for k in (2, 4))
 
 
-@pytest.mark.parametrize("regime", ["h200", "cpu"])
+@pytest.mark.parametrize("regime", ["h200", "cpu", "h200-growing"])
 def test_the_printed_mde_has_the_power_it_claims(figs, regime):
     # at the MDE of the true variance the rule calls the change 80 % of the time (3 MC se + 3 points)
     f = figs[f"mde_power_true_{regime}"]
     assert abs(f.value - 0.80) <= cf.tol(0.8, f.n) + 0.03
     m = figs[f"mde_power_median_{regime}"]
-    assert 0.55 - cf.tol(0.8, m.n) <= m.value <= 0.92 + cf.tol(0.8, m.n)  # the median se is below the true
+    lo, hi = (0.75, 0.85) if regime == "h200-growing" else (0.55, 0.92)  # elsewhere the median se is below the true
+    assert lo - cf.tol(0.8, m.n) <= m.value <= hi + cf.tol(0.8, m.n)
 
 
-@pytest.mark.parametrize("regime", ["h200", "cpu"])
+def test_following_servers_needed_gives_its_power(figs):
+    # a run of the servers an A/A run printed as needed for a 1.5 % MDE at 32K calls a 1.5 % change 75-85 %
+    f = figs["needed_power_h200-growing"]
+    assert f.n >= 0.9 * N and 0.75 - cf.tol(0.8, f.n) <= f.value <= 0.85 + cf.tol(0.8, f.n)
+    assert figs["needed_median_h200-growing"].value > 3  # more than the 3 it was printed from
+
+
+@pytest.mark.parametrize("regime", ["h200", "cpu", "h200-growing"])
 def test_equivalence_at_the_margin_is_rarely_claimed(figs, regime):
     f = figs[f"tost_size_{regime}"]
     assert f.value <= _tol(f)
@@ -169,8 +177,8 @@ def test_markdown_table_and_cli_arguments(figs):
 
 
 # Not met yet: after the adaptive second stage, 32K intervals in the growing-excess regime cover
-# about 82 % (the pilot's excess model steers the allocation; the final fit mixes cells of different
-# rounds). Listed, not hidden: the xfail below turns into a pass once it is met.
+# 82-91 %: the final fit weighs the excess by rounds as well as noise, and a 2-server pilot sizes the
+# second stage (docs/statistics/adaptive.md). Listed, not hidden: the xfail turns into a pass once met.
 OPEN = {"adaptive_coverage_h200-growing_32768"}
 
 

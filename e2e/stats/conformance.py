@@ -31,6 +31,7 @@ from e2e.stats.simulation import (
     Regime,
     Sim,
     family,
+    fit,
     ni_rates,
     true_components,
 )
@@ -118,7 +119,7 @@ def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
             1.0,
         )
     )
-    out += power_figures(sim, n) + equivalence_figures(sim, n)
+    out += power_figures(sim, n) + equivalence_figures(sim, n) + servers_needed_figures(sim, n)
     return out
 
 
@@ -132,7 +133,7 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
     """Power at the printed MDE. The change is at 32K only (the others A/A), so Holm's first step
     is the one that applies, as the MDE assumes."""
     out = []
-    for name, k in (("h200", 3), ("cpu", 4)):
+    for name, k in (("h200", 3), ("cpu", 4), ("h200-growing", 4)):
         rg = REGIMES[name]
         comp = true_components(rg, ["ref", "arm"])
         cells = planning.hypothetical_cells(["ref", "arm"], POINTS, k, {p: ROUNDS for p in POINTS}, True)
@@ -155,7 +156,9 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
         med = float(np.median([at_32k(sim, rg, k, 0.0).mde_pct for _ in range(n)]))
         d = f"true change at 32K = the median printed MDE ({med:.2f} %), {name}, {k} servers per arm"
         r = rate([at_32k(sim, rg, k, med / 100).decision == v.SLOWER for _ in range(n)])
-        # the median printed se is below the true se, so the median printed MDE has less than 80 %
+        # the median printed se is below the true se, so the median printed MDE has less than 80 %;
+        # where the excess grows with depth the issue's target applies: 75 to 85 %
+        lo, hi = (0.75, 0.85) if name == "h200-growing" else (0.55, 0.92)
         out.append(
             Figure(
                 f"mde_power_median_{name}",
@@ -163,17 +166,60 @@ def power_figures(sim: Sim, n: int) -> list[Figure]:
                 d,
                 r,
                 n,
-                f"55 to 92 % (+-{100 * tol(0.8, n):.1f} MC)",
-                0.55 - tol(0.8, n) <= r <= 0.92 + tol(0.8, n),
+                f"{100 * lo:g} to {100 * hi:g} % (+-{100 * tol(0.8, n):.1f} MC)",
+                lo - tol(0.8, n) <= r <= hi + tol(0.8, n),
             )
         )
     return out
 
 
+def servers_needed_figures(
+    sim: Sim, n: int, name: str = "h200-growing", k: int = 3, target: float = 1.5
+) -> list[Figure]:
+    """Following "servers needed": an A/A run of k servers per arm prints, from its own fit, the
+    servers per arm that bring the 32K MDE to the target (planning.servers_needed at the family's
+    step, clamped to the printed MDE as RunAnalysis clamps it); a run of that many servers with a
+    true change of the target at 32K then calls it "slower" with the promised 80 % power."""
+    rg = REGIMES[name]
+    hits, needs = [], []
+    for _ in range(n):
+        pilot = sim.experiment(rg, k, {"ref": {}, "arm": {}})
+        f = fit(pilot)
+        c = next(c for _, d, c in family(pilot, "ref", rg.min_effect, f=f) if d == DEPTHS[-1])
+        assert f is not None and c.mde_pct is not None  # k >= 2 servers per arm leave a variance
+        rounds = {p: ROUNDS for p in POINTS}
+        step = c.alpha_step or ALPHA
+        comp = planning.Components.of(f)
+        need = planning.servers_needed(comp, ["ref", "arm"], list(POINTS), rounds, True, step, rg.min_effect, target)[
+            ("arm", POINTS[-1])
+        ]
+        if need is None:
+            continue  # "more than 64": nothing to follow
+        need = min(need, k) if c.mde_pct <= target else max(need, k + 1)
+        needs.append(need)
+        hits.append(at_32k(sim, rg, need, target / 100).decision == v.SLOWER)
+    d = f"A/A run of {k} servers per arm prints servers needed for a 32K MDE of {target:g} %; a run of that many"
+    d += f" with a true change of {target:g} % at 32K, {name}"
+    r, slack = rate(hits), tol(0.8, max(1, len(hits)))
+    return [
+        Figure(
+            f"needed_power_{name}",
+            '"slower" (power)',
+            d,
+            r,
+            len(hits),
+            f"75 to 85 % (+-{100 * slack:.1f} MC)",
+            0.75 - slack <= r <= 0.85 + slack,
+        ),
+        Figure(f"needed_median_{name}", "median servers needed (count, not a rate)", d, float(np.median(needs))),
+        Figure(f"needed_printed_{name}", "servers needed printed (<= 64)", d, len(hits) / n, n),
+    ]
+
+
 def equivalence_figures(sim: Sim, n: int) -> list[Figure]:
     """A true change exactly at the margin: "equivalent" at most alpha of the time."""
     out = []
-    for name, k, margin in (("h200", 3, 0.5), ("cpu", 6, 10.0)):
+    for name, k, margin in (("h200", 3, 0.5), ("cpu", 6, 10.0), ("h200-growing", 4, 0.5)):
         rg = REGIMES[name]
         d = f"true change {margin:g} % = the margin (min_effect {margin:g} %) at every depth, {name}, {k} servers per arm"
         fams = [

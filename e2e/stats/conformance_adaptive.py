@@ -18,6 +18,9 @@ COSTS = planning.Costs(
 )
 
 
+ADAPTIVE = (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6))
+
+
 def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
     """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
     allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
@@ -25,7 +28,7 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
     pass, as plan_extra does even when the pilot looked narrow enough), so the stop does not select
     on a lucky variance estimate; the coverage of the final intervals, per depth too, is the check."""
     out = []
-    for name, target in (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6)):
+    for name, target in ADAPTIVE:
         rg = REGIMES[name]
         cover, met, extra = [], [], []
         at: dict[int, list[bool]] = {dd: [] for dd in DEPTHS}

@@ -153,11 +153,17 @@ class Sim:
         return [x for arm, eff in arms.items() for x in self.servers(rg, arm, k, eff)]
 
 
+def fit(cells: Sequence[SimCell]) -> vm.Fit | None:
+    """The run's variance model of these cells."""
+    return vm.fit([(a, Point(d), s, c) for a, d, s, c in cells])
+
+
 def family(
-    cells: Sequence[SimCell], ref: str, min_effect: float, alpha: float = ALPHA
+    cells: Sequence[SimCell], ref: str, min_effect: float, alpha: float = ALPHA, f: vm.Fit | None = None
 ) -> list[tuple[str, int, v.Comparison]]:
-    """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm)."""
-    f = vm.fit([(a, Point(d), s, c) for a, d, s, c in cells])
+    """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm);
+    f: the fit of these cells, when the caller has it already."""
+    f = f or fit(cells)
     arms = list(dict.fromkeys(c[0] for c in cells))
     out = []
     for arm in arms:
