@@ -37,54 +37,60 @@ from e2e.stats.simulation import (
 )
 
 
-def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
+def aa_figures(sim: Sim, name: str, rg: Regime, k: int, n: int) -> list[Figure]:
+    """A/A families of one regime at k servers per arm: false decisions, coverage (overall and per
+    depth) and the printed MDE at 32K."""
     out = []
     decided = (v.SLOWER, v.FASTER)
-    for name, rg in REGIMES.items():
-        for k in (2, 4):
-            d = f"A/A, {name}, {k} servers per arm, 3 depths (family of 3)"
-            fams = [family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", rg.min_effect) for _ in range(n)]
-            tag = f"{name}_k{k}"
-            out.append(
-                at_most(
-                    f"aa_decided_{tag}",
-                    '"slower"/"faster" anywhere (false, family-wise)',
-                    d,
-                    [any(c.decision in decided for *_, c in f) for f in fams],
-                    ALPHA,
-                )
+    d = f"A/A, {name}, {k} servers per arm, 3 depths (family of 3)"
+    fams = [family(sim.experiment(rg, k, {"ref": {}, "arm": {}}), "ref", rg.min_effect) for _ in range(n)]
+    tag = f"{name}_k{k}"
+    out.append(
+        at_most(
+            f"aa_decided_{tag}",
+            '"slower"/"faster" anywhere (false, family-wise)',
+            d,
+            [any(c.decision in decided for *_, c in f) for f in fams],
+            ALPHA,
+        )
+    )
+    out.append(
+        at_least(
+            f"aa_coverage_{tag}",
+            "95 % interval covers the true ratio (per comparison)",
+            d,
+            [covers_one(c) for f in fams for *_, c in f],
+            0.93,
+        )
+    )
+    for dd in DEPTHS:  # 93 %, less 3 Monte-Carlo se of n experiments
+        xs = [covers_one(c) for f in fams for _, x, c in f if x == dd]
+        r, slack = rate(xs), tol(0.95, n)
+        out.append(
+            Figure(
+                f"aa_coverage_{tag}_{dd}",
+                f"95 % interval covers the true ratio at {dd // 1024}K",
+                d,
+                r,
+                len(xs),
+                f">= 93 % (-{100 * slack:.1f} MC)",
+                r >= 0.93 - slack,
             )
-            out.append(
-                at_least(
-                    f"aa_coverage_{tag}",
-                    "95 % interval covers the true ratio (per comparison)",
-                    d,
-                    [covers_one(c) for f in fams for *_, c in f],
-                    0.93,
-                )
-            )
-            for dd in DEPTHS:  # 93 %, less 3 Monte-Carlo se of n experiments
-                xs = [covers_one(c) for f in fams for _, x, c in f if x == dd]
-                r, slack = rate(xs), tol(0.95, n)
-                out.append(
-                    Figure(
-                        f"aa_coverage_{tag}_{dd}",
-                        f"95 % interval covers the true ratio at {dd // 1024}K",
-                        d,
-                        r,
-                        len(xs),
-                        f">= 93 % (-{100 * slack:.1f} MC)",
-                        r >= 0.93 - slack,
-                    )
-                )
-            out.append(
-                Figure(
-                    f"aa_mde_{tag}",
-                    "median printed MDE at 32K, %",
-                    d,
-                    float(np.median([c.mde_pct for f in fams for _, dd, c in f if dd == DEPTHS[-1]])),
-                )
-            )
+        )
+    out.append(
+        Figure(
+            f"aa_mde_{tag}",
+            "median printed MDE at 32K, %",
+            d,
+            float(np.median([c.mde_pct for f in fams for _, dd, c in f if dd == DEPTHS[-1]])),
+        )
+    )
+    return out
+
+
+def between_arm_figures(sim: Sim, n: int) -> list[Figure]:
+    out = [f for name, rg in REGIMES.items() for k in (2, 4) for f in aa_figures(sim, name, rg, k, n)]
+    decided = (v.SLOWER, v.FASTER)
     rg = REGIMES["cpu"]
     d = "A/A family, cpu, 3 arms x 3 depths, 4 servers per arm"
     fams = [family(sim.experiment(rg, 4, {"ref": {}, "a1": {}, "a2": {}}), "ref", rg.min_effect) for _ in range(n)]
