@@ -13,7 +13,7 @@ import pytest
 
 from e2e.stats import cells as stats
 from e2e.stats import conformance as cf
-from e2e.stats import signoff
+from e2e.stats import conformance_figures, signoff
 from e2e.stats import simulation as sim_
 
 N = 100  # experiments per design (the README's table: 2000, `python -m e2e.stats.conformance`)
@@ -165,7 +165,7 @@ def test_questions_needed_gives_the_simulated_power(figs):
 
 # -- the printed table ----------------------------------------------------------------------------
 def test_markdown_table_and_cli_arguments(figs):
-    md = cf.markdown(list(figs.values()))
+    md = conformance_figures.markdown(list(figs.values()))
     lines = md.splitlines()
     assert lines[0].startswith("| figure | design |") and len(lines) == 2 + len(figs)
     assert "**no**" not in md or all(figs[k].ok is False for k in OPEN)

@@ -12,7 +12,6 @@ rate is at most 5 % + 3 Monte-Carlo standard errors.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from e2e.stats import changepoints, planning, signoff
 from e2e.stats import verdicts as v
 from e2e.stats.conformance_adaptive import adaptive_figures
-from e2e.stats.conformance_figures import Figure, at_least, at_most, covers_one, rate, tol
+from e2e.stats.conformance_figures import Figure, at_least, at_most, covers_one, rate, table_main, tol
 from e2e.stats.simulation import (
     ALPHA,
     DEPTHS,
@@ -363,32 +362,8 @@ def run(n: int = 500, seed: int = SEED) -> list[Figure]:
     )
 
 
-def markdown(figs: list[Figure]) -> str:
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f} %"
-
-    lines = ["| figure | design | value | MC 95 % interval | target | met |", "|---|---|---|---|---|---|"]
-    for f in figs:
-        val = f"{f.value:.2f} %" if "MDE" in f.what else f"{f.value:.2f}" if "count" in f.what else pct(f.value)
-        iv = f.interval
-        lines.append(
-            f"| {f.what} | {f.design} | {val} | "
-            f"{f'{pct(iv[0])} to {pct(iv[1])} (n {f.n})' if iv else '-'} | {f.target or '-'} | "
-            f"{'-' if f.ok is None else 'yes' if f.ok else '**no**'} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiments", type=int, default=2000, help="experiments per design (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=SEED)
-    args = ap.parse_args(argv)
-    if args.experiments < 10:
-        ap.error("--experiments must be >= 10")
-    figs = run(args.experiments, args.seed)
-    echo(markdown(figs))
-    return 0 if all(f.ok is not False for f in figs) else 1
+    return table_main("python -m e2e.stats.conformance", __doc__, run, 2000, argv, echo)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ run-wide guard it replaced (`old rule`) on the same runs. Rates carry 95 % Monte
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,8 +20,7 @@ import numpy as np
 from e2e.stats import sim_server_timings as sst
 from e2e.stats import simulation
 from e2e.stats import verdicts as v
-from e2e.stats.conformance import markdown
-from e2e.stats.conformance_figures import Figure, covers_one, rate, tol
+from e2e.stats.conformance_figures import Figure, covers_one, rate, table_main, tol
 from e2e.stats.estimate import CORRECTED
 
 K, MIN_EFFECT = 3, 1.0
@@ -113,22 +111,8 @@ def run(n: int = 400, seed: int = simulation.SEED) -> list[Figure]:
     return out + missing_figures(ts, n, clean)
 
 
-def _experiments(text: str) -> int:
-    n = int(text)
-    if n < 10:
-        raise argparse.ArgumentTypeError(f"{n}: want at least 10 experiments per design")
-    return n
-
-
-def main(argv: list[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    """Prints the table; 1 when a row misses its target."""
-    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance_guard", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiments", type=_experiments, default=400, help="per design (default %(default)s, >= 10)")
-    ap.add_argument("--seed", type=int, default=simulation.SEED)
-    args = ap.parse_args(argv)
-    figs = run(args.experiments, args.seed)
-    echo(markdown(figs))
-    return 1 if any(f.ok is False for f in figs) else 0
+def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
+    return table_main("python -m e2e.stats.conformance_guard", __doc__, run, 400, argv, echo)
 
 
 if __name__ == "__main__":

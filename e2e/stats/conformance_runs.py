@@ -17,7 +17,6 @@ standard errors): the figure is planning's MDE at the best-placed split, an appr
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Sequence
 
@@ -26,8 +25,7 @@ import numpy as np
 from e2e.stats import changepoints
 from e2e.stats import verdicts as v
 from e2e.stats.changepoints import Run
-from e2e.stats.conformance import markdown
-from e2e.stats.conformance_figures import Figure, tol
+from e2e.stats.conformance_figures import Figure, table_main, tol
 from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, SimpleCell, two_runs
 from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled
@@ -166,15 +164,7 @@ def run(n: int = 400, seed: int = SEED) -> list[Figure]:
 
 
 def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance_runs", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiments", type=int, default=400, help="experiments per design (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=SEED)
-    args = ap.parse_args(argv)
-    if args.experiments < 10:
-        ap.error("--experiments must be >= 10")
-    figs = run(args.experiments, args.seed)
-    echo(markdown(figs))
-    return 0 if all(f.ok is not False for f in figs) else 1
+    return table_main("python -m e2e.stats.conformance_runs", __doc__, run, 400, argv, echo)
 
 
 if __name__ == "__main__":
