@@ -12,10 +12,12 @@ from e2e.design.config import batch_warnings, parse_config
 from e2e.design.plan import Cell, make_plan
 from e2e.errors import UserError
 from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, server_facts
+from e2e.rundir.store import read_jsonl
 from e2e.serve.launch import server_spec
 from e2e.stats import stall
 from e2e.stats.point import Point
 from tests.support import ROOT
+from tests.support.hardening import new_run, standin  # noqa: F401 (a fixture)
 
 BASE = {"model": {"path": "m"}, "workload": {"depths": [256, 1024]}, "arms": [{"name": "a"}, {"name": "b"}]}
 
@@ -220,3 +222,24 @@ def test_the_committed_grid_leaves_out_exactly_its_stalled_cells():
     verdict = {(c["depth"], c.get("concurrency", 1)): c["decision"] for c in a.comparisons if c["pass"] is None}
     assert verdict[(8192, 16)] == verdict[(8192, 32)] == "insufficient data"
     assert verdict[(8192, 4)] == "slower"
+
+
+def test_a_cell_whose_server_failed_keeps_its_design_point_in_its_row(tmp_path, standin):
+    """The local runner's failed row of a cell at c > 1 names its concurrency (Cell.identity, the
+    one source of a row's identity): without it the failure read as batch 1. A STAND-IN server that
+    exits at once (tests/support/hardening.py): every cell fails at its start."""
+    run = new_run(tmp_path, standin, workload={"depths": [16], "rounds": 1, "concurrency": [2]})
+    rows = read_jsonl(run / "cells.jsonl")
+    assert rows and all(r["status"] == "failed" for r in rows)
+    assert {(r["cell_id"], r.get("concurrency")) for r in rows} == {("p1-d16-c2-a", 2), ("p1-d16-c2-b", 2)}
+    assert all(Point.of(r) == Point(16, 2) for r in rows)
+
+
+def test_a_cell_s_identity_is_what_its_rows_carry():
+    assert Cell(0, 2, "stock", 1024, "k").identity() == {
+        "cell_id": "p2-d1024-stock",
+        "pass": 2,
+        "arm": "stock",
+        "depth": 1024,
+    }
+    assert Cell(0, 1, "stock", 1024, "k", concurrency=4).identity()["concurrency"] == 4

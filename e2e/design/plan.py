@@ -37,6 +37,12 @@ class Cell:
     def cell_id(self) -> str:
         return f"p{self.pass_}-{self.point.name}-{self.arm}"
 
+    def identity(self) -> dict[str, Any]:
+        """What every row of this cell names it by (cells.jsonl and requests.jsonl): its id, pass, arm
+        and design point (`concurrency` only above batch 1, as the ids)."""
+        out: dict[str, Any] = {"cell_id": self.cell_id, "pass": self.pass_, "arm": self.arm, "depth": self.depth}
+        return out if self.concurrency == 1 else {**out, "concurrency": self.concurrency}
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("pass_")

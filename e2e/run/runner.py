@@ -222,18 +222,10 @@ class Runner:
     def _measure(
         self, cell: Cell, arm: ArmCfg, server: VllmServer, client: CellClient, ctx: dict[str, Any], startup_s: float
     ) -> CellRowDict:
-        base = {
-            "cell_id": cell.cell_id,
-            "attempt": ctx["tag"],
-            "pass": cell.pass_,
-            "arm": cell.arm,
-            "depth": cell.depth,
-        }
+        base = {**cell.identity(), "attempt": ctx["tag"]}
         # the allocation of adaptive replication may give a cell its own number of rounds
         wl = self.cfg.workload if cell.rounds is None else self.cfg.workload.model_copy(update={"rounds": cell.rounds})
         watch = ctx["watch"]
-        if cell.concurrency > 1:
-            base["concurrency"] = cell.concurrency
         if self.cfg.workload.route == "primed":
             skip = self._batch(cell, server, ctx).capacity_problem(cell.depth, wl.long_tokens)
             if skip:
@@ -370,11 +362,8 @@ class Runner:
         self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]
     ) -> CellRowDict:
         row = cell_row(
-            cell_id=cell.cell_id,
+            **cell.identity(),  # its design point too: a failed cell at c > 1 read as batch 1 without it
             attempt=ctx["tag"],
-            pass_=cell.pass_,
-            arm=cell.arm,
-            depth=cell.depth,
             index=cell.index,
             server_key=cell.server_key,
             status="failed",

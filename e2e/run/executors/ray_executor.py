@@ -67,12 +67,8 @@ def lost_row(c: Cell, attempt: str, error: str, slot: str, host: str, at_once: i
     """The failed row of a cell whose node was lost past the retries: the cell's own identity, its
     design point included (a cell at c > 1 without `concurrency` would read as batch 1)."""
     return cell_row(
-        cell_id=c.cell_id,
+        **c.identity(),
         attempt=attempt,
-        pass_=c.pass_,
-        arm=c.arm,
-        depth=c.depth,
-        **({"concurrency": c.concurrency} if c.concurrency > 1 else {}),
         index=c.index,
         server_key=c.server_key,
         status="failed",
