@@ -20,7 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from e2e.cli import main
@@ -161,6 +161,7 @@ VALUES = st.recursive(
         max_size=5,
     )
 )
+@example({"model": {"\n": {"\x00": None}}})  # found by this test: a key's newline reached the message
 def test_config_loader_fuzz_only_ever_raises_one_line_user_errors(data):
     try:
         parse_config(data)

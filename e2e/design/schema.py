@@ -78,7 +78,8 @@ def text_problem(data: Any, path: str = "") -> str | None:
     env, paths); a lone surrogate (possible in a manifest's JSON) cannot be encoded."""
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
     for k, v in items:
-        where = f"{path}.{k}" if path else str(k)
+        name = k if isinstance(k, str) and k.isprintable() else repr(k)  # the message stays one line
+        where = f"{path}.{name}" if path else name
         why = _bad_text(k) if isinstance(k, str) else None
         if why:
             return f"{path or 'config'}: key {k!r} {why}"
