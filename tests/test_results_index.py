@@ -4,20 +4,15 @@ configs/cpu-releases.toml keeps the committed release runs' design."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from e2e.design.config import load_config
 from e2e.design.plan import make_plan
-from tests.support import ROOT
+from tests.support import ROOT, results_index
 
 
 def _index():
-    spec = importlib.util.spec_from_file_location("results_index", ROOT / "scripts" / "results_index.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return results_index()
 
 
 def test_the_results_readme_is_its_summaries():

@@ -15,9 +15,10 @@ from e2e.analysis.run_analysis import RunAnalysis
 from e2e.report import report_md
 from e2e.report import summary as sm
 from e2e.report.write import gsm8k_summaries
-from tests.support import ROOT
+from tests.support import ROOT, results_index
 
-COMMITTED = sorted(p.parent for p in (ROOT / "results").glob("*/summary.json"))
+# the folders git tracks (the demo's scratch run beside them is not a committed report)
+COMMITTED = [p for p in results_index().committed_folders(ROOT) if (p / "summary.json").is_file()]
 _opened: list[Path] | None = None  # files opened while a test below records them
 
 

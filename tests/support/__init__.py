@@ -5,7 +5,9 @@ executor_standin.py). Fixtures are in tests/conftest.py."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
@@ -76,3 +78,12 @@ def write_config(path: Path, base: str = "configs/cpu-demo.toml", **sections) ->
             data[key] = value
     path.write_text(tomli_w.dumps(data))
     return path
+
+
+def results_index() -> ModuleType:
+    """scripts/results_index.py (a script, not a package module), loaded as a module."""
+    spec = importlib.util.spec_from_file_location("results_index", ROOT / "scripts" / "results_index.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
