@@ -133,7 +133,8 @@ def test_a_round_counts_only_when_its_requests_decoded_together_from_the_cache()
     assert round_problem(_row(64), 4, 64, 256, 128) is None
     assert round_problem(_row(64 + STEP_SLACK), 4, 64, 256, 128) is None
     assert "did not decode together" in round_problem(_row(64 + STEP_SLACK + 1), 4, 64, 256, 128)
-    assert "prefilled again" in round_problem(_row(64, hits=384.0), 4, 64, 256, 128)
+    why = round_problem(_row(64, hits=384.0), 4, 64, 256, 128)
+    assert "prefilled again" in why and "--disable-hybrid-kv-cache-manager" in why
     assert "preemption" in round_problem(_row(64, preemptions=1.0), 4, 64, 256, 128)
     assert "1 of 4 request(s): completion_tokens" in round_problem(
         _row(64, bad="completion_tokens 3 != 64"), 4, 64, 256, 128
@@ -222,6 +223,19 @@ def test_the_committed_grid_leaves_out_exactly_its_stalled_cells():
     verdict = {(c["depth"], c.get("concurrency", 1)): c["decision"] for c in a.comparisons if c["pass"] is None}
     assert verdict[(8192, 16)] == verdict[(8192, 32)] == "insufficient data"
     assert verdict[(8192, 4)] == "slower"
+
+
+def test_the_32k_grid_skips_what_the_kv_cache_cannot_hold_and_says_why_once():
+    """results/h200-load-32k-tp1: 232,800-236,128 tokens of KV (hybrid manager off) hold 4 x 32K, not
+    16 or 32. The skipped cells are named once each ("not measured (16 x ...", not the reason's own
+    "not measured:" again) and their points read "insufficient data"; c 1 and 4 are decided."""
+    a = RunAnalysis(ROOT / "results" / "h200-load-32k-tp1")
+    skipped = sorted(w.split(":")[0] for w in a.warnings if "KV-cache blocks" in w)
+    assert len(skipped) == 12 and all("-c16-" in s or "-c32-" in s for s in skipped)
+    assert all(": not measured (16 x" in w or ": not measured (32 x" in w for w in a.warnings if "KV-cache" in w)
+    verdict = {(c["arm"], c.get("concurrency", 1)): c["decision"] for c in a.comparisons if c["pass"] is None}
+    assert verdict[("rocm-attn", 1)] == verdict[("rocm-attn", 4)] == "slower"
+    assert verdict[("rocm-attn", 16)] == verdict[("widened", 32)] == "insufficient data"
 
 
 def test_a_cell_whose_server_failed_keeps_its_design_point_in_its_row(tmp_path, standin):

@@ -61,7 +61,8 @@ class RunAnalysis:
         for cid, c in self.cell_rows.items():
             if cid not in ok and cid not in stalled:
                 what = "not measured" if c.get("status") == "skipped" else "cell failed"
-                self.warnings.append(f"{cid}: {what} ({c.get('error') or 'no reason recorded'}): left out")
+                why = (c.get("error") or "no reason recorded").removeprefix(f"{what}: ")  # a skip says it already
+                self.warnings.append(f"{cid}: {what} ({why}): left out")
         choice = choose_estimator(
             self.estimator_setting, ok, by_cell, self.n_long, self.n_short, self.min_effect_pct, client_at
         )

@@ -94,6 +94,14 @@ def cached_tokens(depth: int, block: int) -> int:
     return (depth - 1) // block * block
 
 
+# Seen on an H200 (Gemma 3 at 32K x 4): the hybrid KV-cache manager frees every block that leaves a
+# sliding window while a prompt prefills, so priming c long prompts cycles the pool and evicts the first.
+EVICTED_HINT = (
+    " (with sliding-window layers, vLLM's hybrid KV-cache manager churns the cache: server.extra_args "
+    "['--disable-hybrid-kv-cache-manager'] keeps primed prompts; docs/concepts/load.md)"
+)
+
+
 def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | None) -> str | None:
     """Why a round at concurrency c does not count, or None."""
     bad = [r for r in row["requests"] if r["invalid_reason"]]
@@ -111,7 +119,10 @@ def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | 
     if block is not None and s.get("prefix_hits") is not None:
         need = c * cached_tokens(depth, block)
         if s["prefix_hits"] < need:
-            return f"prefix cache served {s['prefix_hits']:.0f} of {need} primed prompt tokens: a prompt was prefilled again"
+            return (
+                f"prefix cache served {s['prefix_hits']:.0f} of {need} primed prompt tokens: a prompt was prefilled "
+                f"again{EVICTED_HINT}"
+            )
     return None
 
 
