@@ -308,6 +308,13 @@ COMMANDS: dict[str, Command] = {
         ),
         Delegate("env", "a pinned venv of a vLLM release, wheel or checkout; prints its python", "e2e.serve.envs"),
         Delegate(
+            "grid",
+            "RUN [RUN ...] --out DIR: one load grid (table per c, figure) from several runs' verdicts",
+            "e2e.report.grid",
+            "add_grid_args",
+            "grid_main",
+        ),
+        Delegate(
             "history",
             "a folder of runs: decode trend per arm and depth, and its change points",
             "e2e.report.history",

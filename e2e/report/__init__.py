@@ -3,4 +3,16 @@
 The face: `__all__` names the modules other stages may import; the others are this stage's own
 (tests/test_layers.py holds every import from outside the package to it)."""
 
-__all__ = ["answer", "command", "compare", "figures", "history", "progress", "report_md", "summary", "tables", "write"]
+__all__ = [
+    "answer",
+    "command",
+    "compare",
+    "figures",
+    "grid",
+    "history",
+    "progress",
+    "report_md",
+    "summary",
+    "tables",
+    "write",
+]

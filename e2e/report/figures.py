@@ -153,12 +153,13 @@ def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
     if DECODE in drawn(s):
         out.append(_decode(s, root / DECODE))
     if RATIO in drawn(s):
-        out.append((_ratio_grid if _grid(s) else _ratio)(s, root / RATIO))
+        out.append((ratio_grid if _grid(s) else _ratio)(s, root / RATIO))
     return out
 
 
-def _ratio_grid(s: dict[str, Any], path: Path) -> Path:
-    """The grid: a panel per arm pair, a line per concurrency over the depths."""
+def ratio_grid(s: dict[str, Any], path: Path) -> Path:
+    """The grid: a panel per arm pair, a line per concurrency over the depths (a run's, or `grid`'s
+    across runs: e2e/report/grid.py)."""
     f = s["run"]
     pooled = _pooled(s)
     pairs = list(dict.fromkeys(c["arm"] for c in pooled))
@@ -174,6 +175,8 @@ def _ratio_grid(s: dict[str, Any], path: Path) -> Path:
         ys = [1 / margin, margin]
         for i, c in enumerate(cs):
             rows = sorted((r for r in pooled if r["arm"] == arm and _c(r) == c), key=lambda r: r["depth"])
+            if not rows:
+                continue  # this arm has no ratio at this c (a grid across runs: another run's arm)
             xs = [r["depth"] * shift[c] for r in rows]
             ax.plot(xs, [r["ratio"] for r in rows], color=f"C{i}", lw=1.2, label=f"c = {c}", zorder=2)
             for x, r in zip(xs, rows):

@@ -1,0 +1,170 @@
+"""`grid RUN [RUN ...] --out DIR`: one load grid drawn from several runs.
+
+A grid of depths x concurrencies x arms rarely fits one session's GPU time: issue 32's H200 grid took
+three runs (1K and 8K; 8K again with a longer short request; 32K with a third arm). This puts their
+verdicts in one table per c and one figure (the run report's grid figure, e2e/report/figures.py), so
+how each arm's ratio moves with batch and depth is seen across all of them.
+
+Nothing is pooled across runs: each point shows one run's comparison with that run's own interval,
+verdict and family-wise control (Holm over that run's grid only). A point several runs measured takes
+the LAST run named on the command line that has a ratio there (name the runs oldest first: a re-timing
+then wins), and the table lists every run's value, the one drawn marked. The runs must share the
+reference arm and the minimum effect (one margin on the figure); every other difference in what they
+ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden.
+
+Exit status: 0 written, 2 bad input. It decides nothing itself: the verdicts are the runs'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from e2e import exits
+from e2e.analysis.run_analysis import RunAnalysis
+from e2e.errors import UserError
+from e2e.report import figures, report_md
+from e2e.report import summary as sm
+from e2e.report.progress import make_console, say
+from e2e.rundir.store import write_json_atomic
+from e2e.safety.safe_io import write_atomic
+from e2e.stats.point import Point
+
+GRID_MD, GRID_JSON = "grid.md", "grid.json"
+# What may differ between the runs of one grid, listed per run in grid.md (summary.json's run block).
+SAME_EVERYWHERE = ("--host", "--port", "--served-model-name", "--generation-config")
+LISTED = ("vllm", "gpu", "model", "tp", "long_tokens", "short_tokens", "rounds", "passes", "estimator")
+
+
+def add_grid_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", type=Path, help="run folders, oldest first (a later run wins a shared point)")
+    p.add_argument("--out", type=Path, required=True, help="folder for grid.md, grid.json and ratio_vs_depth.png")
+
+
+def _summary(path: Path) -> dict[str, Any]:
+    """The run's summary (recomputed from its rows, as `report` does) with its server flags added."""
+    if not (path / "manifest.json").is_file():
+        raise UserError(f"{path}: not a run folder (no manifest.json)")
+    a = RunAnalysis(path)
+    s: dict[str, Any] = report_md.as_json(sm.build(a))
+    argv = ((a.manifest.get("arms") or {}).get(s["run"]["reference_arm"]) or {}).get("server_argv") or []
+    tail = argv[argv.index("serve") + 2 :] if "serve" in argv else []
+    # the reference arm's vLLM flags past the model path, less the harness's own address and name
+    keep, i = [], 0
+    while i < len(tail):
+        if tail[i] in SAME_EVERYWHERE:
+            i += 2
+            continue
+        keep.append(tail[i])
+        i += 1
+    s["server_flags"] = shlex.join(keep) if keep else "-"
+    return s
+
+
+def pick(summaries: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every run's pooled comparison, each with its run's name and whether it is the one drawn: per
+    (arm, point), the last run named that has a ratio there."""
+    rows = []
+    for name, s in summaries:
+        for c in s["comparisons"]:
+            if c["scope"] == "pooled":
+                rows.append({**c, "run": name, "drawn": False})
+    last: dict[tuple[str, Point], dict[str, Any]] = {}
+    for r in rows:
+        if r.get("ratio") is not None:
+            last[(r["arm"], Point.of(r))] = r
+    for r in last.values():
+        r["drawn"] = True
+    return rows
+
+
+def _check(summaries: list[tuple[str, dict[str, Any]]]) -> None:
+    first_name, first = summaries[0]
+    for name, s in summaries[1:]:
+        for key, what in (("reference_arm", "reference arm"), ("min_effect_pct", "minimum effect")):
+            if s["run"][key] != first["run"][key]:
+                raise UserError(
+                    f"{name}: its {what} is {s['run'][key]!r}, {first_name}'s {first['run'][key]!r}: one grid "
+                    "needs one (its margin and its ratios are against it)"
+                )
+
+
+def _cell(r: dict[str, Any]) -> str:
+    if r.get("ratio") is None:
+        return "-"
+    lo, hi = r.get("ratio_ci_lo"), r.get("ratio_ci_hi")
+    return f"{r['ratio']:.3f}" + (f" ({lo:.3f} to {hi:.3f})" if lo is not None and hi is not None else "")
+
+
+def markdown(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> str:
+    ref, margin = summaries[0][1]["run"]["reference_arm"], summaries[0][1]["run"]["min_effect_pct"]
+    out = [
+        "# Load grid across runs",
+        "",
+        f"Each arm against `{ref}`, per design point, from the runs below (`run_e2e.py grid`). Each row is one run's "
+        "comparison with that run's own interval and verdict (Holm within that run's grid only: the runs are "
+        f"not one family); **drawn** marks the one the figure shows (the last run named with a ratio there). "
+        f"Minimum effect {margin:g} %.",
+        "",
+        "| run | " + " | ".join(LISTED) + " | server flags |",
+        "|---|" + "---|" * len(LISTED) + "---|",
+    ]
+    for name, s in summaries:
+        cells = [str(s["run"].get(k) if s["run"].get(k) is not None else "-") for k in LISTED]
+        out.append(f"| `{name}` | " + " | ".join(cells) + f" | `{s['server_flags']}` |")
+    for c in sorted({Point.of(r).concurrency for r in rows}):
+        out += [
+            "",
+            f"## c = {c}",
+            "",
+            "| arm / ref | depth | run | servers | ratio (95 % CI) | MDE % | verdict | drawn |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        at_c = [r for r in rows if Point.of(r).concurrency == c]
+        for r in sorted(at_c, key=lambda r: (r["arm"], r["depth"], r["run"])):
+            mde = f"{r['mde_pct']:.1f}" if r.get("mde_pct") is not None else "-"
+            out.append(
+                f"| {r['arm']} / {r['reference']} | {figures.depth_label(r['depth'])} | `{r['run']}` | "
+                f"{r['n_ref']} + {r['n_arm']} | {_cell(r)} | {mde} | {r['decision'] or '-'} | "
+                f"{'**drawn**' if r['drawn'] else ''} |"
+            )
+    out += ["", f"![the grid]({figures.RATIO}) {figures.grid_caption(_figure_summary(summaries, rows))}", ""]
+    return "\n".join(out)
+
+
+def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run report's grid figure reads: the run block's margin and reference, the drawn rows."""
+    run = summaries[0][1]["run"]
+    return {
+        "run": {"min_effect_pct": run["min_effect_pct"], "reference_arm": run["reference_arm"]},
+        "comparisons": [r for r in rows if r["drawn"]],
+    }
+
+
+def grid_main(args: argparse.Namespace) -> int:
+    console = make_console(stderr=False)
+    names = [p.name for p in args.runs]
+    if len(set(names)) != len(names):
+        raise UserError(f"a run is named twice: {', '.join(names)}")
+    summaries = [(p.name, _summary(p)) for p in args.runs]
+    _check(summaries)
+    rows = pick(summaries)
+    if not any(r["drawn"] for r in rows):
+        raise UserError("no run has a comparison with a ratio: nothing to draw")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    figures.ratio_grid(_figure_summary(summaries, rows), out / figures.RATIO)
+    write_atomic(out / GRID_MD, markdown(summaries, rows))
+    keep = ("arm", "reference", "depth", "concurrency", "ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "decision")
+    write_json_atomic(
+        out / GRID_JSON,
+        {
+            "kind": "e2e-grid",
+            "runs": names,
+            "rows": [{**{k: r.get(k) for k in keep}, "run": r["run"], "drawn": r["drawn"]} for r in rows],
+        },
+    )
+    say(console, f"wrote {out / GRID_MD}, {GRID_JSON} and {figures.RATIO} ({sum(r['drawn'] for r in rows)} points)")
+    return exits.OK
