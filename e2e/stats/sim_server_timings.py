@@ -26,7 +26,7 @@ import numpy as np
 
 from e2e.stats import cells as stats
 from e2e.stats import prefill_guard, simulation
-from e2e.stats.estimate import CORRECTED
+from e2e.stats.estimate import CLIENT, CORRECTED
 from e2e.stats.simulation import DEPTHS, LONG, ROUNDS, SHORT, TPT_MS, Regime, SimCell
 
 PREFILL_S = {1024: 0.08, 8192: 0.6, 32768: 2.7}
@@ -132,12 +132,15 @@ class TimedSim:
 
 
 def new_rule(cells: list[Timed], min_effect_pct: float) -> tuple[list[SimCell], dict[tuple[str, int], str]]:
-    """Each arm and depth judged by prefill_guard.judge: the cells under its estimator, and the choices."""
+    """Each arm and depth judged by prefill_guard.judge, then one estimator per depth (the plain one
+    where any arm there is on it, as analysis/estimator.py does): the cells under it, and the choices."""
     chosen: dict[tuple[str, int], str] = {}
     for arm, d in dict.fromkeys((a, dd) for a, dd, *_ in cells):
         mine = [c for a, dd, _, c in cells if (a, dd) == (arm, d)]
         t = prefill_guard.judge([(c.rows, c.corrected, c.plain) for c in mine], LONG, SHORT, min_effect_pct)
         chosen[(arm, d)] = t.estimator
+    plain_at = {d for (_, d), e in chosen.items() if e != CORRECTED}
+    chosen = {(a, d): CLIENT if d in plain_at else e for (a, d), e in chosen.items()}
     return [(a, d, s, c.corrected if chosen[(a, d)] == CORRECTED else c.plain) for a, d, s, c in cells], chosen
 
 
