@@ -8,7 +8,8 @@ length-dependent one (the long request's prefill reported too long at 32K), or r
 missing. The per-value noise left after the correction (REGIME) is calibrated on the committed H200
 rows (a 32K cell's corrected half-width +-0.3-0.5 %, 1K and 8K +-0.1-0.2 %).
 
-A run's choice is made per arm and depth by prefill_guard.judge, as analysis/estimator.py makes it;
+A run's choice is made per arm and depth by prefill_guard.judge, then one estimator per depth, as
+analysis/estimator.py makes it;
 `old_rule` is the run-wide guard it replaced (every row with a prefill time and every cell's
 corrected estimate agreeing with its plain one, else the plain estimate for the whole run), kept
 to show what the new one fixes. Pools of cells are simulated once per (fault, depth, effect) and
