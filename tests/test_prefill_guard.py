@@ -59,6 +59,20 @@ def test_the_tolerance_is_a_share_of_the_min_effect():
     assert wide.tol_pct == 2.5 and "prefill is reported" not in wide.why  # ~1 % is below half of 5 %
 
 
+def test_a_gap_inside_the_tolerance_by_less_than_its_margin_falls_back(monkeypatch):
+    """A +2.8 ms long-request bias under a 6 ms prefill jitter: these rounds put the gap just inside
+    +-0.5 %, by less than GAP_SE_MARGIN of its se. The guard chooses the estimator on the rounds it
+    then estimates from, so a low draw of a real bias let it through (about 6 % of runs at +6 ms,
+    each with an interval that missed the truth); the margin sends such a point to the plain one."""
+    fault = sst.Fault("near the tolerance", long_extra_s=0.0028, jitter_32k_s=0.006)
+    rows = _cells("arm", fault, seed=1)
+    t = _choose(rows).by_point[("arm", Point(D32))]
+    assert t.tol_pct - prefill_guard.GAP_SE_MARGIN * t.gap_se_pct < abs(t.gap_pct) < t.tol_pct  # the case
+    assert t.estimator == estimate.CLIENT and t.why.endswith(f"by less than {prefill_guard.GAP_SE_MARGIN:g} se")
+    monkeypatch.setattr(prefill_guard, "GAP_SE_MARGIN", 0.0)
+    assert _choose(rows).by_point[("arm", Point(D32))].estimator == estimate.CORRECTED  # every other rule passes
+
+
 def test_a_constant_prefill_offset_cancels_and_keeps_the_corrected_estimate():
     c = _choose(_cells("arm", sst.FAULTS["constant +20 ms"]))
     assert c.name == estimate.CORRECTED and "every arm and point" in c.note and c.warning is None

@@ -8,7 +8,8 @@ length-dependent one (the long request's prefill reported too long at 32K), or r
 missing. The per-value noise left after the correction (REGIME) is calibrated on the committed H200
 rows (a 32K cell's corrected half-width +-0.3-0.5 %, 1K and 8K +-0.1-0.2 %).
 
-A run's choice is made per arm and depth by prefill_guard.judge, as analysis/estimator.py makes it;
+A run's choice is made per arm and depth by prefill_guard.judge, then one estimator per depth, as
+analysis/estimator.py makes it;
 `old_rule` is the run-wide guard it replaced (every row with a prefill time and every cell's
 corrected estimate agreeing with its plain one, else the plain estimate for the whole run), kept
 to show what the new one fixes. Pools of cells are simulated once per (fault, depth, effect) and
@@ -26,7 +27,7 @@ import numpy as np
 
 from e2e.stats import cells as stats
 from e2e.stats import prefill_guard, simulation
-from e2e.stats.estimate import CORRECTED
+from e2e.stats.estimate import CLIENT, CORRECTED
 from e2e.stats.simulation import DEPTHS, LONG, ROUNDS, SHORT, TPT_MS, Regime, SimCell
 
 PREFILL_S = {1024: 0.08, 8192: 0.6, 32768: 2.7}
@@ -132,12 +133,15 @@ class TimedSim:
 
 
 def new_rule(cells: list[Timed], min_effect_pct: float) -> tuple[list[SimCell], dict[tuple[str, int], str]]:
-    """Each arm and depth judged by prefill_guard.judge: the cells under its estimator, and the choices."""
+    """Each arm and depth judged by prefill_guard.judge, then one estimator per depth (the plain one
+    where any arm there is on it, as analysis/estimator.py does): the cells under it, and the choices."""
     chosen: dict[tuple[str, int], str] = {}
     for arm, d in dict.fromkeys((a, dd) for a, dd, *_ in cells):
         mine = [c for a, dd, _, c in cells if (a, dd) == (arm, d)]
         t = prefill_guard.judge([(c.rows, c.corrected, c.plain) for c in mine], LONG, SHORT, min_effect_pct)
         chosen[(arm, d)] = t.estimator
+    plain_at = {d for (_, d), e in chosen.items() if e != CORRECTED}
+    chosen = {(a, d): CLIENT if d in plain_at else e for (a, d), e in chosen.items()}
     return [(a, d, s, c.corrected if chosen[(a, d)] == CORRECTED else c.plain) for a, d, s, c in cells], chosen
 
 
