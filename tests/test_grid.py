@@ -62,3 +62,15 @@ def test_runs_that_cannot_share_one_grid_are_refused_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert "not a run folder (no manifest.json)" in err and "a run is named twice" in err
     assert not (tmp_path / "out").exists()  # nothing written before the input was checked
+
+
+def test_an_out_that_cannot_be_a_folder_is_one_line_for_grid_and_history(tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    run = str(ROOT / "results" / RUNS[2])
+    assert main(["grid", run, "--out", str(a_file)]) == 2
+    assert main(["history", str(ROOT / "results"), "--match", RUNS[2], "--out", str(a_file / "sub")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [f"error: --out {a_file}: cannot write there (File exists)"] + [
+        f"error: --out {a_file / 'sub'}: cannot write there (Not a directory)"
+    ]

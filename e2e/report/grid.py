@@ -29,7 +29,7 @@ from e2e.report import figures, report_md
 from e2e.report import summary as sm
 from e2e.report.progress import make_console, say
 from e2e.rundir.store import write_json_atomic
-from e2e.safety.safe_io import write_atomic
+from e2e.safety.safe_io import output_folder, write_atomic
 from e2e.stats.point import Point
 
 GRID_MD, GRID_JSON = "grid.md", "grid.json"
@@ -153,8 +153,7 @@ def grid_main(args: argparse.Namespace) -> int:
     rows = pick(summaries)
     if not any(r["drawn"] for r in rows):
         raise UserError("no run has a comparison with a ratio: nothing to draw")
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(args.out, "--out")
     figures.ratio_grid(_figure_summary(summaries, rows), out / figures.RATIO)
     write_atomic(out / GRID_MD, markdown(summaries, rows))
     keep = ("arm", "reference", "depth", "concurrency", "ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "decision")

@@ -34,6 +34,7 @@ from e2e.report.progress import make_console, say
 from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
+from e2e.safety.safe_io import output_folder
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
 from e2e.stats.point import Point
@@ -370,8 +371,7 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     run_sd = run_sd_of(args, runs[0])
     h = history(runs, run_sd)
     rows, steps, answers = h.rows, h.steps, h.answers
-    out = Path(args.out) if args.out else folder
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(Path(args.out), "--out") if args.out else folder
     say_history(console, h, f"history of {folder} (by {args.order_by}): {len(runs)} runs")
     say_run_sd(console, run_sd, [a["run_sd_pct"] for a in answers], "a split with one run a side")
     if any(a["one_run_per_release"] and len(a["runs"]) > 2 for a in answers):

@@ -128,6 +128,17 @@ def real_dir(root: Path | str, *parts: str) -> Path:
     return d
 
 
+def output_folder(folder: Path | str, what: str) -> Path:
+    """A command's --out folder, made where missing, that can take new files; else one line naming it."""
+    d = Path(folder)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe_writable(d)
+    except OSError as exc:
+        raise UserError(f"{what} {d}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+    return d
+
+
 def probe_writable(folder: Path | str) -> None:
     """Raise the OSError of a folder that cannot take a new file (the probe is never a planted name)."""
     probe = Path(folder) / f".write-probe-{os.getpid()}-{secrets.token_hex(3)}"
