@@ -2,14 +2,13 @@
 
 session._replicate runs the pilot (the planned passes), asks plan_extra what to add, runs it, and
 records decision.outcome(). The choice is e2e/planning.allocate's, fed with the pilot's variance
-model (e2e/stats/variance_model.py), its cell excess at an upper bound (planning.Components.pilot_bound:
-an excess underestimated by a 2-server pilot bought too few passes), and the pilot's measured costs:
-a warm server start per arm (the first start of an arm fills its compile cache and is left out when
-a later one exists), and per arm and depth the warm-up and one timed round. One look only (see
-session._replicate), and the second stage always runs, at least its minimum (planning.MIN_EXTRA_PASSES
-more passes at the fewest rounds that meet the target): a pilot whose intervals looked narrow enough
-was a stop on the data, and runs that stopped there covered 82.5 % in a harder simulated regime. The
-pilot can shorten the second stage, never skip it.
+model (e2e/stats/variance_model.py) and the pilot's measured costs: a warm server start per arm (the
+first start of an arm fills its compile cache and is left out when a later one exists), and per
+arm and depth the warm-up and one timed round. One look only (see session._replicate), and the
+second stage always runs, at least its minimum (one more pass at the fewest rounds that meet the
+target): a pilot whose intervals looked narrow enough was a stop on the data, and runs that stopped
+there covered 82.5 % in a harder simulated regime. The pilot can shorten the second stage, never
+skip it.
 """
 
 from __future__ import annotations
@@ -79,9 +78,8 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rule": "two-stage: a pilot, then one allocation from the pilot's variance model (its cell excess "
-            f"at the {planning.EXCESS_QUANTILE:.0%} upper bound) and costs, always run "
-            f"(at least {planning.MIN_EXTRA_PASSES} more passes)",
+            "rule": "two-stage: a pilot, then one allocation from the pilot's variance model and costs, "
+            "always run (at least one more pass)",
             "target_ci_pct": self.target_ci_pct,
             "pilot_passes": self.pilot_passes,
             "max_passes": self.max_passes,
@@ -151,7 +149,7 @@ def plan_extra(cfg: Any, run_dir: Path, passes: int, elapsed_min: float) -> Deci
         dec.stopped_by = STOP_CAPPED
         return dec
     alloc = planning.allocate(
-        planning.Components.pilot_bound(a.fit),
+        planning.Components.of(a.fit),
         list(a.fit.design.cells),
         a.arms,
         a.points,

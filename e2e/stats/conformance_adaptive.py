@@ -31,11 +31,10 @@ ADAPTIVE = (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6))
 
 def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> list[Figure]:
     """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
-    allocation planning.allocate picks from the pilot's fit, its excess at the upper bound
-    (extra passes, rounds per depth), then the final fit over everything. No second look, and the
-    second stage always runs (at least planning.MIN_EXTRA_PASSES, as plan_extra does even when the
-    pilot looked narrow enough), so the stop does not select on a lucky variance estimate; the
-    coverage of the final intervals, per depth too, is the check."""
+    allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
+    the final fit over everything. No second look, and the second stage always runs (at least one
+    pass, as plan_extra does even when the pilot looked narrow enough), so the stop does not select
+    on a lucky variance estimate; the coverage of the final intervals, per depth too, is the check."""
     out = []
     for name, target in ADAPTIVE:
         if regimes is not None and name not in regimes:
@@ -49,7 +48,7 @@ def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> 
             assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
             existing = list(f.design.cells)
             alloc = planning.allocate(
-                planning.Components.pilot_bound(f),
+                planning.Components.of(f),
                 existing,
                 ["ref", "arm"],
                 list(POINTS),

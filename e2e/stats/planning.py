@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -41,12 +41,6 @@ POWER = 0.80
 MAX_PLAN_SERVERS = 64  # servers_needed above this: None ("more than 64")
 ROUND_GRID = (5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)  # from 5: every cell keeps its own interval
 LEVEL = 0.95
-# The adaptive second stage (docs/statistics/adaptive.md): sized for the pilot's cell excess at this
-# upper quantile, and at least this many passes (within max passes and the budget), so that the final
-# fit's excess rests on more than a pilot whose excess looked like none: a one-pass second stage after
-# such a pilot covered 88 % at 32K in the growing-excess regime.
-EXCESS_QUANTILE = 0.80
-MIN_EXTRA_PASSES = 2
 
 
 def _tq(p: float, df: float) -> float:
@@ -111,17 +105,6 @@ class Components:
         q = {g: (float(f.noise.q[j, 0]), float(f.noise.q[j, 1])) for j, g in enumerate(f.design.groups)}
         nu = {g: (float(f.noise.nu[j, 0]), float(f.noise.nu[j, 1])) for j, g in enumerate(f.design.groups)}
         return cls(f.sigma2_server, f.tau2, q, nu, source, f.design.weights)
-
-    @classmethod
-    def pilot_bound(cls, f: vm.Fit, quantile: float | None = None) -> Components:
-        """A pilot's components with its cell excess at an upper bound: tau2 + z_quantile x its REML
-        standard error (the inverse REML information; 2 + 2 servers give it about 2 degrees of
-        freedom). Sized from the estimate itself, an underestimated excess buys too few passes and
-        the final fit, which includes the pilot, inherits the underestimate (the two-stage bias)."""
-        c = cls.of(f, "pilot, cell excess at its upper bound")
-        se = math.sqrt(max(float(f.inference.cov_theta[-1, -1]), 0.0))
-        z = float(st.norm.ppf(EXCESS_QUANTILE if quantile is None else quantile))
-        return replace(c, tau2=c.tau2 + z * se)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> Components:
@@ -297,15 +280,13 @@ def allocate(
     max_extra_passes: int,
     level: float = LEVEL,
     max_cost_s: float | None = None,
-    min_extra_passes: int = MIN_EXTRA_PASSES,
 ) -> Allocation:
     """The extra passes P (each a server per arm) and rounds R_d per point for their cells that
     bring every comparison's predicted half-width within target_ci_pct at the least cost. For each
     P, each point takes the fewest rounds of ROUND_GRID that meet its own target (a bisection;
     a point's half-width falls with its rounds); the cheapest P wins, and a P whose server starts
-    alone cost more than the best found is not tried. P runs from min_extra_passes (fewer only when
-    max_extra_passes or the budget allow no more). Nothing meets it within max_extra_passes: the
-    design at max_extra_passes with the most rounds, met False."""
+    alone cost more than the best found is not tried. Nothing meets it within max_extra_passes:
+    the design at max_extra_passes with the most rounds, met False."""
     keys = [(a, d) for a in arms[1:] for d in points]
     considered = 0
 
@@ -319,7 +300,7 @@ def allocate(
         return all(v <= target_ci_pct for k, v in h.items() if d is None or k[1] == d)
 
     best: Allocation | None = None
-    for P in range(min(min_extra_passes, max_extra_passes), max_extra_passes + 1):
+    for P in range(1, max_extra_passes + 1):
         starts = P * sum(costs.start_s[a] * (1 if shared else len(points)) for a in arms)
         if best is not None and best.met and starts >= best.predicted_s:
             break
@@ -347,10 +328,6 @@ def allocate(
         cand = Allocation(P, dict(rounds), {f"{a}@{d}": v for (a, d), v in h.items()}, cost, meets(h), 0)
         if best is None or (cand.met and (not best.met or cost < best.predicted_s)) or (not cand.met and not best.met):
             best = cand
-    if best is None and min_extra_passes > 1:  # the minimum does not fit the budget: what does
-        return allocate(
-            comp, existing, arms, points, shared, costs, target_ci_pct, max_extra_passes, level, max_cost_s, 1
-        )
     if best is None:  # not even one pass fits the budget
         best = Allocation(0, {d: ROUND_GRID[0] for d in points}, {}, 0.0, False, 0)
     best.considered = considered
