@@ -203,3 +203,15 @@ def test_rates_are_reproducible():
 
     a, b = draw(), draw()
     assert a == b and all(math.isfinite(p) for p in a)
+
+
+def test_the_adaptive_rows_run_alone_per_regime():
+    from e2e.stats import conformance_adaptive as ca
+
+    out: list[str] = []
+    ca.main(["--regime", "cpu", "--experiments", "10"], out.append)
+    rows = out[0].splitlines()[2:]
+    assert len(rows) == 7 and all("A/A, cpu," in r for r in rows)
+    assert "mean GPU-minutes of the second stage" in out[0]
+    with pytest.raises(SystemExit):
+        ca.main(["--experiments", "3"])
