@@ -170,3 +170,28 @@ def test_at_one_point_the_two_excess_models_are_one_and_no_choice_is_stated():
     f = vm.fit(per_arm_pass(rng, k=4, depths=(1,), sd_server=0.01, sd_cell=0.005))
     assert f.excess.model == "one for every point" and f.excess.to_dict()["rule"] is None
     assert f.design.weights is None and f.tau2_at(1) == f.tau2
+
+
+def test_the_proportional_excess_is_weighed_by_each_points_noise_not_the_rounds_its_cells_ran():
+    # an adaptive second stage gives 32K more rounds: weighed by the cells' own variances, 32K's
+    # weight fell and the fit moved excess off 32K (coverage there 90 %, docs/statistics/adaptive.md)
+    from e2e.stats import simulation as sim_
+
+    rg = sim_.Regime("t", 0.002, (0.0005, 0.002, 0.012), (0.001, 0.002, 0.005), min_effect=1.0)
+    sim = sim_.Sim(seed=11, pool=40)
+    cells = [
+        x
+        for arm in ("ref", "arm")
+        for x in sim.servers(rg, arm, 4, {}) + sim.servers(rg, arm, 2, {}, {1024: 6, 8192: 6, 32768: 64}, tag="x")
+    ]
+    f = vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells])
+    assert f is not None and f.excess.model == vm.PROPORTIONAL
+    k_long, k_short = stats.median_variance_factor(6)[0], stats.median_variance_factor(6)[0]  # the median rounds
+    at_six = {}
+    for j, (_, p) in enumerate(f.design.groups):
+        at_six.setdefault(p, []).append(k_long * f.noise.q[j, 0] + k_short * f.noise.q[j, 1])
+    top = max(np.mean(v) for v in at_six.values())
+    assert f.design.weights == pytest.approx({p: np.mean(v) / top for p, v in at_six.items()}, rel=1e-9)
+    equal = vm.Design([c for c in f.design.cells if c.n_long == 6])  # equal rounds: the cells' own variance
+    assert equal.groups == f.design.groups
+    assert np.array_equal(vm.noise_at_median_rounds(equal, f.noise), f.noise.v(equal))

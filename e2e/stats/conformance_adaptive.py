@@ -1,14 +1,22 @@
-"""The adaptive two-stage rule by simulation, for the conformance table (e2e/stats/conformance.py)."""
+"""The adaptive two-stage rule by simulation, for the conformance table (e2e/stats/conformance.py).
+
+    python -m e2e.stats.conformance_adaptive --regime h200-growing --experiments 80
+
+runs its rows alone (one regime, or all), to measure a change to the rule without the whole table."""
 
 from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
-from e2e.stats.conformance_figures import Figure, covers_one, rate, tol
+from e2e.stats.conformance_figures import Figure, covers_one, markdown, rate, tol
+from e2e.stats.conformance_figures import _experiments as experiments_arg
 from e2e.stats.point import Point
-from e2e.stats.simulation import DEPTHS, POINTS, REGIMES, Sim, family
+from e2e.stats.simulation import DEPTHS, POINTS, REGIMES, SEED, Sim, family
 
 # -- the adaptive stop ----------------------------------------------------------------------------
 COSTS = planning.Costs(
@@ -21,7 +29,7 @@ COSTS = planning.Costs(
 ADAPTIVE = (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6))
 
 
-def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
+def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> list[Figure]:
     """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
     allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
     the final fit over everything. No second look, and the second stage always runs (at least one
@@ -29,8 +37,10 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
     on a lucky variance estimate; the coverage of the final intervals, per depth too, is the check."""
     out = []
     for name, target in ADAPTIVE:
+        if regimes is not None and name not in regimes:
+            continue
         rg = REGIMES[name]
-        cover, met, extra = [], [], []
+        cover, met, extra, minutes = [], [], [], []
         at: dict[int, list[bool]] = {dd: [] for dd in DEPTHS}
         for _ in range(n):
             pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
@@ -60,6 +70,7 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
                 at[dd].append(covers_one(c))
             met.append(all(c.ci_half_width_pct is not None and c.ci_half_width_pct <= target for *_, c in fam))
             extra.append(alloc.extra_passes)
+            minutes.append(alloc.predicted_s / 60)
         d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
         r, slack = rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
         out.append(
@@ -91,4 +102,28 @@ def adaptive_figures(sim: Sim, n: int) -> list[Figure]:
         out.append(
             Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra)))
         )
+        out.append(
+            Figure(
+                f"adaptive_minutes_{name}",
+                "mean GPU-minutes of the second stage (count, not a rate)",
+                d,
+                float(np.mean(minutes)),
+            )
+        )
     return out
+
+
+def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
+    """The adaptive rows alone, as markdown; 1 when a row misses its target."""
+    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance_adaptive", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiments", type=experiments_arg, default=80, help="runs per regime (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--regime", choices=[n for n, _ in ADAPTIVE], action="append", help="repeatable (default: all)")
+    args = ap.parse_args(argv)
+    figs = adaptive_figures(Sim(args.seed), args.experiments, args.regime)
+    echo(markdown(figs))
+    return 1 if any(f.ok is False for f in figs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

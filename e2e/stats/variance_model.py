@@ -13,7 +13,7 @@ The model (docs, "Between arms"):
   and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, point) and
   length, relative to each cell's own difference, weighted by those degrees of freedom.
 * The excess is one for every point (w_i = 1) or grows with the point's sampling noise (w_i: the
-  point's mean v over the noisiest point's), whichever has the larger REML likelihood
+  point's mean v at the design's median rounds over the noisiest point's), whichever has the larger REML likelihood
   (e2e/stats/excess.py says why).
 * sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
   and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
@@ -268,6 +268,17 @@ def pool_noise(d: Design, cells: Sequence[CellStats]) -> Noise:
     return Noise(q, den)
 
 
+def noise_at_median_rounds(d: Design, noise: Noise) -> np.ndarray:
+    """Each cell's sampling variance as if it had run the design's median rounds: its point's noise,
+    not its rounds. The proportional excess is weighed by this (excess.weights): weighed by the
+    cells' own variances, a point whose later cells ran more rounds (an adaptive second stage at
+    32K) would lose excess in the fit for it. Equal to noise.v(d) when every cell ran equal rounds."""
+    k_long = median_variance_factor(int(np.median([c.n_long for c in d.cells])))[0]
+    k_short = median_variance_factor(int(np.median([c.n_short for c in d.cells])))[0]
+    v: np.ndarray = k_long * (d.X @ noise.q[:, 0]) + k_short * (d.X @ noise.q[:, 1]) + d.extra
+    return v
+
+
 # -- REML -------------------------------------------------------------------------------------------
 def _V(d: Design, v: np.ndarray, theta: Sequence[float] | np.ndarray) -> np.ndarray:
     V = np.diag(theta[-1] * d.w + v)
@@ -413,7 +424,7 @@ def fit(
     theta, ok, f_one = _fit_components(d, y, noise.v(d))
     choice = ex.ExcessChoice(ex.ONE)
     if len({c.point for c in vcells}) > 1:  # at one point the two models are one
-        dp_ = Design(vcells, factors, known, ex.weights([c.point for c in vcells], noise.v(d)))
+        dp_ = Design(vcells, factors, known, ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise)))
         theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
         choice = ex.choose(f_one, f_p)
         if choice.model == ex.PROPORTIONAL:
