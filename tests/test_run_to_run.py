@@ -106,7 +106,7 @@ def test_same_software_on_two_days_is_no_longer_slower_on_one_run_a_side():
     w = new[("widened", 8192)]
     assert w["decision"] != verdicts.SLOWER and w["p_adjusted"] > 0.05
     assert w["ratio_ci_lo"] < 1 < w["ratio_ci_hi"] and w["ratio"] == pytest.approx(old[("widened", 8192)]["ratio"])
-    assert w["run_sd_pct"] == pytest.approx(100 * math.hypot(0.00322, 0.00071))
+    assert w["run_sd_pct"] == pytest.approx(100 * math.hypot(0.00322, 0.00072))
     assert new[("stock", 8192)]["run_sd_pct"] == pytest.approx(0.322)
 
 

@@ -25,7 +25,7 @@ def test_reml_matches_statsmodels_mixedlm_without_cell_noise():
 
     rng = np.random.default_rng(7)
     cells = per_arm_pass(rng, k=5)
-    f = vm.fit(cells)
+    f = vm.fit(cells, per_point=False)  # statsmodels has one residual variance: the excess one for every point
     df = pd.DataFrame(
         {
             "y": np.log([c.estimate for *_, c in cells]),
@@ -54,18 +54,24 @@ def test_fresh_servers_fold_the_two_components_into_one():
 
 def test_a_shared_server_offset_is_estimated_from_every_depth():
     rng = np.random.default_rng(3)
-    f = vm.fit(per_arm_pass(rng, k=6, sd_server=0.05, sd_cell=0.002))
+    f = vm.fit(per_arm_pass(rng, k=6, sd_server=0.05, sd_cell=0.002), per_point=False)
     assert 0.02 < math.sqrt(f.sigma2_server) < 0.10 and math.sqrt(f.tau2) < 0.006
 
 
 def test_satterthwaite_df_few_when_servers_dominate_many_when_the_cells_noise_does():
+    # one excess for every point (the model below 3 servers per arm, forced here at 3)
     rng = np.random.default_rng(5)
-    loud = vm.fit(per_arm_pass(rng, k=3, sd_server=0.05, sd_cell=0.0, noise=0.0002))
+    loud = vm.fit(per_arm_pass(rng, k=3, sd_server=0.05, sd_cell=0.0, noise=0.0002), per_point=False)
     e = loud.contrast("b", "a", 2)
     assert 2.5 < e.df < 8  # about 2 x 3 - 2 servers' worth
     rng = np.random.default_rng(5)
-    noisy = vm.fit(per_arm_pass(rng, k=3, sd_server=0.0005, sd_cell=0.0, noise=0.004))
+    cells = per_arm_pass(rng, k=3, sd_server=0.0005, sd_cell=0.0, noise=0.004)
+    noisy = vm.fit(cells, per_point=False)
     assert noisy.contrast("b", "a", 2).df > 2 * e.df
+    # the price of an excess per point (the model at 3 servers per arm): each rests on its own
+    # point's cells, so even where the noise dominates the df are about one point's servers'
+    own = vm.fit(cells)
+    assert own.excess.model == vm.PER_POINT and own.contrast("b", "a", 2).df < noisy.contrast("b", "a", 2).df / 2
 
 
 def test_the_pooled_noise_is_the_df_weighted_mean_of_the_cells():
@@ -88,7 +94,7 @@ def test_reml_is_the_likelihood_maximum():
     """Fisher scoring lands where a brute-force search of the REML likelihood does."""
     rng = np.random.default_rng(11)
     cells = per_arm_pass(rng, k=3, sd_server=0.01, sd_cell=0.004, noise=0.003)
-    f = vm.fit(cells)
+    f = vm.fit(cells, per_point=False)  # two components, searched on a grid below
     d, v, y = f.design, f.noise.v(f.design), f.y
 
     def nll(t):
@@ -139,12 +145,12 @@ def test_the_committed_reference_run_resolves_a_percent_at_32k():
     assert plain.se > 2 * e.se
 
 
-def _growing(seed, excess):
+def _growing(seed, excess, per_point=False, k=6):
     from e2e.stats import simulation as sim_
 
     rg = sim_.Regime("t", 0.002, excess, (0.001, 0.002, 0.005), min_effect=1.0)
-    cells = sim_.Sim(seed=seed, pool=40).experiment(rg, 6, {"ref": {}, "arm": {}})
-    return vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells])
+    cells = sim_.Sim(seed=seed, pool=40).experiment(rg, k, {"ref": {}, "arm": {}})
+    return vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells], per_point=per_point)
 
 
 def test_the_cell_excess_grows_with_the_noise_when_the_likelihood_says_so_and_planning_keeps_it():
@@ -167,7 +173,7 @@ def test_the_cell_excess_grows_with_the_noise_when_the_likelihood_says_so_and_pl
 
 def test_at_one_point_the_two_excess_models_are_one_and_no_choice_is_stated():
     rng = np.random.default_rng(3)
-    f = vm.fit(per_arm_pass(rng, k=4, depths=(1,), sd_server=0.01, sd_cell=0.005))
+    f = vm.fit(per_arm_pass(rng, k=4, depths=(1,), sd_server=0.01, sd_cell=0.005))  # 4 servers, one point
     assert f.excess.model == "one for every point" and f.excess.to_dict()["rule"] is None
     assert f.design.weights is None and f.tau2_at(1) == f.tau2
 
@@ -184,7 +190,7 @@ def test_the_proportional_excess_is_weighed_by_each_points_noise_not_the_rounds_
         for arm in ("ref", "arm")
         for x in sim.servers(rg, arm, 4, {}) + sim.servers(rg, arm, 2, {}, {1024: 6, 8192: 6, 32768: 64}, tag="x")
     ]
-    f = vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells])
+    f = vm.fit([(a, sim_.Point(d), s, c) for a, d, s, c in cells], per_point=False)
     assert f is not None and f.excess.model == vm.PROPORTIONAL
     k_long, k_short = stats.median_variance_factor(6)[0], stats.median_variance_factor(6)[0]  # the median rounds
     at_six = {}
@@ -195,3 +201,62 @@ def test_the_proportional_excess_is_weighed_by_each_points_noise_not_the_rounds_
     equal = vm.Design([c for c in f.design.cells if c.n_long == 6])  # equal rounds: the cells' own variance
     assert equal.groups == f.design.groups
     assert np.array_equal(vm.noise_at_median_rounds(equal, f.noise), f.noise.v(equal))
+
+
+def test_from_three_servers_per_arm_at_every_point_each_point_has_its_own_excess():
+    """The excess grows 1 : 16 : 576 in variance, faster than the noise the proportional model ties
+    it to: with 6 servers per arm the fit gives each point its own, which planning and a later
+    dry run read back, and whose REML likelihood is at least the one-excess model's (nested)."""
+    from e2e.stats import planning
+    from e2e.stats.excess import MIN_SERVERS
+
+    truth = (0.0005, 0.002, 0.012)
+    f = _growing(11, truth, per_point=None)
+    pts = sorted({c.point for c in f.design.cells})
+    assert f.excess.model == vm.PER_POINT and f.design.per_point and MIN_SERVERS == 3
+    assert f.tau2 == max(f.tau2_at(p) for p in pts) == f.tau2_at(pts[-1])
+    assert 0.25 < f.tau2_at(pts[-1]) / truth[-1] ** 2 < 4  # 10 df at the point: within a factor 4
+    assert f.tau2_at(pts[0]) < 0.1 * f.tau2_at(pts[-1])
+    d = f.to_dict()
+    assert d["cell_excess"] == {
+        "model": vm.PER_POINT,
+        "rule": "every arm has at least 3 servers at every point",
+        "loglik_gain": None,
+    }
+    assert all("sd_cell_excess" in g for g in d["groups"])
+    comp = planning.Components.from_dict(d, "test")
+    assert comp.weights == pytest.approx(planning.Components.of(f).weights, rel=1e-12)
+    assert comp.weights[pts[-1]] == 1.0 and comp.weights[pts[0]] < 0.1
+    # a planned design of 3 servers per arm is fitted the same way, so planning predicts it so
+    for k, model in ((3, True), (2, False)):
+        cells = planning.hypothetical_cells(["ref", "arm"], pts, k, {p: 6 for p in pts}, True)
+        design, theta = vm.planned(cells, comp.sigma2_server, comp.tau2, comp.weights)
+        assert design.per_point is model
+        assert len(theta) == (1 + len(pts) if model else 2)
+    one = _growing(11, truth, per_point=False)
+    y, noise = f.y, f.noise
+
+    def nll(design, theta):
+        P, _, ld, ldx = vm._P(design, vm._V(design, noise.v(design), theta))
+        return 0.5 * (ld + ldx + float(y @ P @ y))
+
+    assert nll(f.design, f.theta) <= nll(one.design, one.theta) + 1e-9
+    # below 3 servers per arm the AIC choice of one or proportional stands
+    assert _growing(11, truth, per_point=None, k=2).excess.model in (vm.PROPORTIONAL, "one for every point")
+
+
+def test_a_per_point_excess_with_no_server_factor_carries_the_server_variance_at_each_point():
+    """Fresh servers (one cell each): the planned components fold the server's variance into every
+    point's excess, as the one-excess design folds it into its one."""
+    from e2e.stats import planning
+
+    pts = [sim_point(1024), sim_point(32768)]
+    cells = planning.hypothetical_cells(["ref", "arm"], pts, 3, {p: 6 for p in pts}, False)
+    d, theta = vm.planned(cells, 1e-4, 4e-6, {pts[0]: 0.25, pts[1]: 1.0})
+    assert d.per_point and not d.kept and theta == pytest.approx((1e-4 + 1e-6, 1e-4 + 4e-6))
+
+
+def sim_point(depth):
+    from e2e.stats.point import Point
+
+    return Point(depth)

@@ -181,10 +181,9 @@ def prior_df(comp: planning.Components) -> dict[Point, float]:
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     cells = planning.hypothetical_cells(arms, points, k, dict.fromkeys(points, 6), shared, tag="prior")
-    d = vm.Design(cells)
+    d, theta = vm.planned(cells, comp.sigma2_server, comp.tau2, comp.weights)
     q = np.array([comp.q[g] for g in d.groups])
     nu = np.array([comp.nu.get(g, (0.0, 0.0)) for g in d.groups])
-    theta = (comp.sigma2_server, comp.tau2) if d.kept else (comp.sigma2_server + comp.tau2,)
     inf = vm.Inference(d, vm.Noise(q, nu), theta)
     out = {}
     for p in points:

@@ -54,7 +54,7 @@ PRIOR: dict[str, Any] = {
     ],
     "points": [
         {"depth": 1024, "sd_level_pct": 0.15, "n_level": 5, "sd_ratio_pct": 0.187, "n_ratio": 4},
-        {"depth": 8192, "sd_level_pct": 0.322, "n_level": 5, "sd_ratio_pct": 0.071, "n_ratio": 4},
+        {"depth": 8192, "sd_level_pct": 0.322, "n_level": 5, "sd_ratio_pct": 0.072, "n_ratio": 4},
         {"depth": 32768, "sd_level_pct": 0.311, "n_level": 5, "sd_ratio_pct": 0.363, "n_ratio": 4},
     ],
 }

@@ -33,7 +33,7 @@ from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled
 # the stated prior's sds (fractions) as this generator's truth: PRIOR of e2e/analysis/run_prior.py
 # (tests/test_conformance_runs.py checks they agree; stats may not import analysis)
 PRIOR_LEVEL = {1024: 0.0015, 8192: 0.00322, 32768: 0.00311}
-PRIOR_RATIO = {1024: 0.00187, 8192: 0.00071, 32768: 0.00363}
+PRIOR_RATIO = {1024: 0.00187, 8192: 0.00072, 32768: 0.00363}
 ARMS = ("ref", "arm")
 POINTS = [Point(d) for d in DEPTHS]
 RG = REGIMES["h200"]

@@ -104,7 +104,7 @@ class Components:
     def of(cls, f: vm.Fit, source: str = "fit") -> Components:
         q = {g: (float(f.noise.q[j, 0]), float(f.noise.q[j, 1])) for j, g in enumerate(f.design.groups)}
         nu = {g: (float(f.noise.nu[j, 0]), float(f.noise.nu[j, 1])) for j, g in enumerate(f.design.groups)}
-        return cls(f.sigma2_server, f.tau2, q, nu, source, f.design.weights)
+        return cls(f.sigma2_server, f.tau2, q, nu, source, f.excess_weights)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> Components:
@@ -112,7 +112,7 @@ class Components:
         q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
         nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
         tau2 = d["sd_cell_excess"] ** 2
-        if (d.get("cell_excess") or {}).get("model") != ex.PROPORTIONAL:
+        if (d.get("cell_excess") or {}).get("model") not in (ex.PROPORTIONAL, ex.PER_POINT):
             return cls(
                 d["sd_server"] ** 2, tau2, q, nu, source, None
             )  # one excess: groups carry no excess of their own
@@ -155,7 +155,7 @@ def predict(
 ) -> dict[tuple[str, Point], tuple[float, float]]:
     """(se, df) of each (arm, point) vs ref in a design of these cells, at the components given.
     The pooled noise's df are those the design's own cells would give."""
-    d = vm.Design(list(cells), weights=comp.weights)
+    d, theta = vm.planned(cells, comp.sigma2_server, comp.tau2, comp.weights)
     G = len(d.groups)
     q, nu = np.zeros((G, 2)), np.zeros((G, 2))
     for j, g in enumerate(d.groups):
@@ -164,9 +164,7 @@ def predict(
         j = d.groups.index((cell.arm, cell.point))
         nu[j, 0] += median_variance_factor(cell.n_long)[1]
         nu[j, 1] += median_variance_factor(cell.n_short)[1]
-    inf = vm.Inference(
-        d, vm.Noise(q, nu), (comp.sigma2_server, comp.tau2) if d.kept else (comp.sigma2_server + comp.tau2,)
-    )
+    inf = vm.Inference(d, vm.Noise(q, nu), theta)
     out = {}
     for arm, point in comparisons:
         a, r = d.group(arm, point), d.group(ref, point)

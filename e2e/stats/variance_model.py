@@ -13,8 +13,9 @@ The model (docs, "Between arms"):
   and one cell's 6 rounds give a scale with ~2 degrees of freedom. Pooled per (arm, point) and
   length, relative to each cell's own difference, weighted by those degrees of freedom.
 * The excess is one for every point (w_i = 1) or grows with the point's sampling noise (w_i: the
-  point's mean v at the design's median rounds over the noisiest point's), whichever has the larger REML likelihood
-  (e2e/stats/excess.py says why).
+  point's mean v at the design's median rounds over the noisiest point's), whichever has the larger REML likelihood;
+  once every arm has ex.MIN_SERVERS servers at every point, each point has an excess of its own
+  (tau2_p: one component per point). e2e/stats/excess.py says why.
 * sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
   and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
   component, tau2, carries both. statsmodels' MixedLM estimates a single residual scale and has no
@@ -47,7 +48,7 @@ from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
-PROPORTIONAL = ex.PROPORTIONAL  # the excess model a report names
+PROPORTIONAL, PER_POINT = ex.PROPORTIONAL, ex.PER_POINT  # the excess models a report names
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Design:
     factors: tuple[str, ...] = ("server",)
     extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
     weights: dict[Point, float] | None = None  # the excess's weight per point (ex.PROPORTIONAL); None: 1 (ex.ONE)
+    per_point: bool = False  # an excess variance of its own at every point (ex.PER_POINT)
 
     def __post_init__(self) -> None:
         self.groups = sorted({(c.arm, c.point) for c in self.cells}, key=lambda g: (g[1], g[0]))
@@ -107,12 +109,19 @@ class Design:
         self.components = (
             SERVER_CELL if self.kept == ["server"] else " + ".join(self.kept + ["cell"]) if self.kept else CELL_ONLY
         )
-        self.excess = ex.ONE if self.weights is None else ex.PROPORTIONAL
+        self.excess = ex.PER_POINT if self.per_point else ex.ONE if self.weights is None else ex.PROPORTIONAL
         self.w = np.array([1.0 if self.weights is None else self.weights.get(c.point, 1.0) for c in self.cells])
+        self.points = sorted({c.point for c in self.cells}) if self.per_point else []
+        self.excess_diags = (
+            [np.array([1.0 if c.point == p else 0.0 for c in self.cells]) for p in self.points]
+            if self.per_point
+            else [self.w]
+        )
 
     def mats(self) -> list[np.ndarray]:
-        """dV / d(component) for each component, the cell's excess (its weight on the diagonal) last."""
-        return self.ZZs + [np.diag(self.w)]
+        """dV / d(component) for each component, the cell's excess (its weight on the diagonal, or one
+        per point) last."""
+        return self.ZZs + [np.diag(w) for w in self.excess_diags]
 
     def group(self, arm: str, point: Point) -> int | None:
         try:
@@ -172,11 +181,22 @@ class Fit:
 
     @property
     def tau2(self) -> float:
-        """The cell excess's variance (at the noisiest point, when it is proportional to the noise)."""
-        return self.theta[-1]
+        """The cell excess's variance (at the noisiest point when it is proportional to the noise; the
+        largest point's when each point has its own)."""
+        return max(self.theta[len(self.design.ZZs) :])
 
     def tau2_at(self, point: Point) -> float:
+        if self.design.per_point:
+            return self.theta[len(self.design.ZZs) + self.design.points.index(point)]
         return self.theta[-1] * (1.0 if self.design.weights is None else self.design.weights.get(point, 1.0))
+
+    @property
+    def excess_weights(self) -> dict[Point, float] | None:
+        """The excess per point over its largest (None: one for every point), as planning reads it."""
+        if not self.design.per_point:
+            return self.design.weights
+        top = self.tau2
+        return {p: (self.tau2_at(p) / top if top > 0 else 1.0) for p in self.design.points}
 
     def contrast(self, arm: str, ref: str, point: Point) -> Estimate | None:
         """log(mu[arm, point]) - log(mu[ref, point]), or None when a group is missing."""
@@ -226,7 +246,11 @@ class Fit:
                     "rel_sd_short": math.sqrt(self.noise.q[j, 1]),
                     "df_long": float(self.noise.nu[j, 0]),
                     "df_short": float(self.noise.nu[j, 1]),
-                    **({"sd_cell_excess": math.sqrt(self.tau2_at(point))} if self.design.weights else {}),
+                    **(
+                        {"sd_cell_excess": math.sqrt(self.tau2_at(point))}
+                        if self.design.weights or self.design.per_point
+                        else {}
+                    ),
                 }
             )
         return {
@@ -281,8 +305,9 @@ def noise_at_median_rounds(d: Design, noise: Noise) -> np.ndarray:
 
 # -- REML -------------------------------------------------------------------------------------------
 def _V(d: Design, v: np.ndarray, theta: Sequence[float] | np.ndarray) -> np.ndarray:
-    V = np.diag(theta[-1] * d.w + v)
-    for t, M in zip(theta[:-1], d.ZZs):
+    k = len(d.ZZs)
+    V = np.diag(v + sum(t * w for t, w in zip(theta[k:], d.excess_diags)))
+    for t, M in zip(theta[:k], d.ZZs):
         V = V + t * M
     return V
 
@@ -387,6 +412,21 @@ class Inference:
         return var, df
 
 
+def planned(
+    cells: Sequence[Cell], sigma2_server: float, tau2: float, weights: dict[Point, float] | None
+) -> tuple[Design, tuple[float, ...]]:
+    """A design not yet run and its components, under the excess model its fit would take (fit
+    below): one per point (tau2 * w_p each) where every arm will hold ex.MIN_SERVERS cells at every
+    point, else tau2 weighed by the points' weights. Without a server factor (one cell per server)
+    the server's variance joins the excess."""
+    d = Design(list(cells), weights=weights)
+    excess: tuple[float, ...] = (tau2,)
+    if len({c.point for c in cells}) > 1 and ex.per_point_supported(d.n_per_group()):
+        d = Design(list(cells), per_point=True)
+        excess = tuple(tau2 * (weights or {}).get(p, 1.0) for p in d.points)
+    return d, ((sigma2_server, *excess) if d.kept else tuple(sigma2_server + t for t in excess))
+
+
 def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.ndarray) -> tuple[float, float]:
     """(variance, Satterthwaite degrees of freedom) of c'beta_hat in design d at the components
     theta (one per d.kept, then tau2) and pooled noise `noise` (whose nu says how well each noise
@@ -401,11 +441,13 @@ def fit(
     factors: tuple[str, ...] = ("server",),
     runs: Sequence[str] | None = None,
     extra: dict[str, float] | None = None,
+    per_point: bool | None = None,
 ) -> Fit | None:
     """(arm, point, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
     run of each, for a history's run factor; extra: server -> a known extra variance of each of its
-    cells' log estimates). None when nothing is left to estimate a variance from (each arm and
-    point on one server at most)."""
+    cells' log estimates; per_point: an excess per point, None: where ex.per_point_supported says,
+    False: never, the AIC choice of one or proportional). None when nothing is left to estimate a
+    variance from (each arm and point on one server at most)."""
     runs = list(runs) if runs is not None else [""] * len(cells)
     keep = [
         (a, dp, s, cs, cs.estimate, cs.noise, r)
@@ -421,14 +463,22 @@ def fit(
         return None
     y = np.log([k[4] for k in keep])
     noise = pool_noise(d, [k[3] for k in keep])
-    theta, ok, f_one = _fit_components(d, y, noise.v(d))
-    choice = ex.ExcessChoice(ex.ONE)
-    if len({c.point for c in vcells}) > 1:  # at one point the two models are one
-        dp_ = Design(vcells, factors, known, ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise)))
-        theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
-        choice = ex.choose(f_one, f_p)
-        if choice.model == ex.PROPORTIONAL:
-            d, theta, ok = dp_, theta_p, ok_p
+    points = {c.point for c in vcells}
+    if len(points) > 1 and (ex.per_point_supported(d.n_per_group()) if per_point is None else per_point):
+        # every arm holds enough servers at every point: each point's excess from its own cells
+        d = Design(vcells, factors, known, per_point=True)
+        theta, ok, _ = _fit_components(d, y, noise.v(d))
+        choice = ex.ExcessChoice(ex.PER_POINT)
+    else:
+        theta, ok, f_one = _fit_components(d, y, noise.v(d))
+        choice = ex.ExcessChoice(ex.ONE)
+        if len(points) > 1:  # at one point the two models are one
+            w = ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise))
+            dp_ = Design(vcells, factors, known, w)
+            theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
+            choice = ex.choose(f_one, f_p)
+            if choice.model == ex.PROPORTIONAL:
+                d, theta, ok = dp_, theta_p, ok_p
     inf = Inference(d, noise, theta)
     beta = inf.C @ (inf.ViX.T @ y)
     out = Fit(d, y, noise, theta, beta, ok, _inference=inf, excess=choice)
