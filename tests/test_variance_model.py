@@ -13,6 +13,7 @@ from scipy import stats as st
 
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
+from e2e.stats.point import Point
 from tests.support import ROOT
 from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
 
@@ -211,7 +212,7 @@ def test_from_three_servers_per_arm_at_every_point_each_point_has_its_own_excess
     from e2e.stats.excess import MIN_SERVERS
 
     truth = (0.0005, 0.002, 0.012)
-    f = _growing(11, truth, per_point=None)
+    f = _growing(11, truth, per_point=True)
     pts = sorted({c.point for c in f.design.cells})
     assert f.excess.model == vm.PER_POINT and f.design.per_point and MIN_SERVERS == 3
     assert f.tau2 == max(f.tau2_at(p) for p in pts) == f.tau2_at(pts[-1])
@@ -242,7 +243,7 @@ def test_from_three_servers_per_arm_at_every_point_each_point_has_its_own_excess
 
     assert nll(f.design, f.theta) <= nll(one.design, one.theta) + 1e-9
     # below 3 servers per arm the AIC choice of one or proportional stands
-    assert _growing(11, truth, per_point=None, k=2).excess.model in (vm.PROPORTIONAL, "one for every point")
+    assert _growing(11, truth, per_point=True, k=2).excess.model in (vm.PROPORTIONAL, "one for every point")
 
 
 def test_a_per_point_excess_with_no_server_factor_carries_the_server_variance_at_each_point():
@@ -250,13 +251,7 @@ def test_a_per_point_excess_with_no_server_factor_carries_the_server_variance_at
     point's excess, as the one-excess design folds it into its one."""
     from e2e.stats import planning
 
-    pts = [sim_point(1024), sim_point(32768)]
+    pts = [Point(1024), Point(32768)]
     cells = planning.hypothetical_cells(["ref", "arm"], pts, 3, {p: 6 for p in pts}, False)
     d, theta = vm.planned(cells, 1e-4, 4e-6, {pts[0]: 0.25, pts[1]: 1.0})
     assert d.per_point and not d.kept and theta == pytest.approx((1e-4 + 1e-6, 1e-4 + 4e-6))
-
-
-def sim_point(depth):
-    from e2e.stats.point import Point
-
-    return Point(depth)

@@ -82,10 +82,9 @@ def choose_estimator(
 def _one_definition_per_point(
     choice: Choice, groups: Mapping[ArmPoint, list[str]], plains: Mapping[ArmPoint, dict[str, stats.CellStats]]
 ) -> None:
-    """Every arm at a point on one estimator: the plain client one where any arm there is on it. An
-    arm's ratio to the reference at a point is then one definition over another, never the corrected
-    estimate over the plain one, whose difference is the prefill gap the guard only bounds."""
-    client = {p for (_, p), t in choice.by_point.items() if t.estimator == estimate.CLIENT}
+    """Every arm at a point on one estimator: the plain client one where any arm there is on it
+    (prefill_guard.plain_points says why)."""
+    client = prefill_guard.plain_points({k: t.estimator for k, t in choice.by_point.items()})
     for (arm, p), t in list(choice.by_point.items()):
         if p in client and t.estimator != estimate.CLIENT:
             others = sorted(a for (a, q), u in choice.by_point.items() if q == p and u.estimator == estimate.CLIENT)

@@ -27,6 +27,8 @@ point's own excess would rest on 2 degrees of freedom or fewer (docs/statistics/
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +42,11 @@ RULE = "AIC (one parameter each: the larger REML likelihood; a tie keeps one for
 PER_POINT_RULE = f"every arm has at least {MIN_SERVERS} servers at every point"
 
 
-def per_point_supported(n_per_group: np.ndarray) -> bool:
-    """Whether every (arm, point) group holds MIN_SERVERS cells: each point's excess its own."""
-    return len(n_per_group) > 0 and int(np.min(n_per_group)) >= MIN_SERVERS
+def per_point_supported(groups: Iterable[tuple[str, Point]]) -> bool:
+    """Whether cells of these (arm, point) groups, one entry per cell, give each point an excess of
+    its own: more than one point, and every group holding MIN_SERVERS cells."""
+    n = Counter(groups)
+    return len({p for _, p in n}) > 1 and min(n.values()) >= MIN_SERVERS
 
 
 def weights(points: list[Point], v: np.ndarray) -> dict[Point, float]:

@@ -36,14 +36,16 @@ and `python -m e2e.stats.conformance_guard` shows the false-decision rate it lea
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from e2e.stats import cells as stats
 from e2e.stats.estimate import CLIENT, CORRECTED
+
+P = TypeVar("P", bound=Hashable)  # a point: a depth in the simulation, a Point in a run
 
 GUARD_SHARE = 0.5  # the prefill gap may reach this share of the min effect
 MIN_ROUNDS = 5  # rounds with both prefill times, over the arm's cells at the point
@@ -147,6 +149,13 @@ def judge(cells: Sequence[GuardCell], n_long: int, n_short: int, min_effect_pct:
         f"prefill gap {100 * gap:+.2f} % (se {_pct_text(se)}) within +-{tol:.2g} %, noise {ratio:.2f} x the plain one's"
     )
     return replace(base, estimator=CORRECTED, why=why)
+
+
+def plain_points(estimators: Mapping[tuple[str, P], str]) -> set[P]:
+    """The points where any arm is on the plain client estimate: every arm there takes it, so an
+    arm's ratio to the reference is one definition over another, never the corrected estimate over
+    the plain one, whose difference is the prefill gap the guard only bounds."""
+    return {p for (_, p), e in estimators.items() if e == CLIENT}
 
 
 def _noise_ratio(corrected: Sequence[stats.CellStats], plain: Sequence[stats.CellStats]) -> float | None:

@@ -140,7 +140,7 @@ def new_rule(cells: list[Timed], min_effect_pct: float) -> tuple[list[SimCell], 
         mine = [c for a, dd, _, c in cells if (a, dd) == (arm, d)]
         t = prefill_guard.judge([(c.rows, c.corrected, c.plain) for c in mine], LONG, SHORT, min_effect_pct)
         chosen[(arm, d)] = t.estimator
-    plain_at = {d for (_, d), e in chosen.items() if e != CORRECTED}
+    plain_at = prefill_guard.plain_points(chosen)
     chosen = {(a, d): CLIENT if d in plain_at else e for (a, d), e in chosen.items()}
     return [(a, d, s, c.corrected if chosen[(a, d)] == CORRECTED else c.plain) for a, d, s, c in cells], chosen
 

@@ -419,11 +419,12 @@ def planned(
     below): one per point (tau2 * w_p each) where every arm will hold ex.MIN_SERVERS cells at every
     point, else tau2 weighed by the points' weights. Without a server factor (one cell per server)
     the server's variance joins the excess."""
-    d = Design(list(cells), weights=weights)
     excess: tuple[float, ...] = (tau2,)
-    if len({c.point for c in cells}) > 1 and ex.per_point_supported(d.n_per_group()):
+    if ex.per_point_supported((c.arm, c.point) for c in cells):
         d = Design(list(cells), per_point=True)
         excess = tuple(tau2 * (weights or {}).get(p, 1.0) for p in d.points)
+    else:
+        d = Design(list(cells), weights=weights)
     return d, ((sigma2_server, *excess) if d.kept else tuple(sigma2_server + t for t in excess))
 
 
@@ -441,11 +442,11 @@ def fit(
     factors: tuple[str, ...] = ("server",),
     runs: Sequence[str] | None = None,
     extra: dict[str, float] | None = None,
-    per_point: bool | None = None,
+    per_point: bool = True,
 ) -> Fit | None:
     """(arm, point, server, CellStats) per cell with an estimate > 0 and a robust noise (runs: the
     run of each, for a history's run factor; extra: server -> a known extra variance of each of its
-    cells' log estimates; per_point: an excess per point, None: where ex.per_point_supported says,
+    cells' log estimates; per_point: an excess per point where ex.per_point_supported says so,
     False: never, the AIC choice of one or proportional). None when nothing is left to estimate a
     variance from (each arm and point on one server at most)."""
     runs = list(runs) if runs is not None else [""] * len(cells)
@@ -463,8 +464,7 @@ def fit(
         return None
     y = np.log([k[4] for k in keep])
     noise = pool_noise(d, [k[3] for k in keep])
-    points = {c.point for c in vcells}
-    if len(points) > 1 and (ex.per_point_supported(d.n_per_group()) if per_point is None else per_point):
+    if per_point and ex.per_point_supported((c.arm, c.point) for c in vcells):
         # every arm holds enough servers at every point: each point's excess from its own cells
         d = Design(vcells, factors, known, per_point=True)
         theta, ok, _ = _fit_components(d, y, noise.v(d))
@@ -472,7 +472,7 @@ def fit(
     else:
         theta, ok, f_one = _fit_components(d, y, noise.v(d))
         choice = ex.ExcessChoice(ex.ONE)
-        if len(points) > 1:  # at one point the two models are one
+        if len({c.point for c in vcells}) > 1:  # at one point the two models are one
             w = ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise))
             dp_ = Design(vcells, factors, known, w)
             theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
