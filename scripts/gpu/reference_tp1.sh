@@ -34,6 +34,7 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   [ -d "$RUN" ] && tar czf "$OUT/run.tgz" --exclude=vllm-cache "$RUN" 2>/dev/null
   cp /tmp/run.log "$OUT/run.log" 2>/dev/null
+  cp /tmp/kernels.log "$OUT/kernels.log" 2>/dev/null && tar czf "$OUT/kernels.tgz" results/kernels 2>/dev/null
   cp /tmp/twin.log "$OUT/twin.log" 2>/dev/null
   cp /tmp/neighbour.log "$OUT/neighbour.log" 2>/dev/null  # scripts/gpu/neighbour.sh, when one ran
   # Where each start's caches went (torch.compile, inductor, Triton), without the caches themselves:
@@ -43,7 +44,7 @@ pack() {
   return 0
 }
 
-RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)"   # pgrep -f: a started or a resumed run
+RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)|kernels_check"   # pgrep -f: a started or a resumed run, or the kernel check before it
 
 # Refuse a run folder that git tracks files under (see the header): the next call's copy would
 # overwrite or delete what the run writes there.
@@ -72,7 +73,10 @@ case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | p
     if [ "$1" = resume ]; then
       setsid nohup python3 run_e2e.py --resume "$RUN" --no-progress > /tmp/run.log 2>&1 < /dev/null &
     else
-      setsid nohup python3 run_e2e.py --config "$CONFIG" --run-id "$(basename $RUN)" --no-progress \
+      # KERNELS="--quick --run-id NAME": the kernel check first (results/kernels/NAME), then the run,
+      # one detached chain, so both fit in one lease and neither shares the GPU with the other
+      setsid nohup bash -c '[ -z "$1" ] || bash scripts/gpu/kernels_full.sh $1 > /tmp/kernels.log 2>&1
+        exec python3 run_e2e.py --config "$2" --run-id "$3" --no-progress' _ "${KERNELS:-}" "$CONFIG" "$(basename $RUN)" \
         > /tmp/run.log 2>&1 < /dev/null &
     fi
     sleep 20; tail -5 /tmp/run.log ;;
