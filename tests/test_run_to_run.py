@@ -181,6 +181,16 @@ def test_the_predicted_mde_comes_with_an_interval_from_the_earlier_run():
     assert prior_mod.prior_df(planning.Components(0.0, 0.0, {}, source="default")) == {}
 
 
+def test_the_mde_interval_comes_from_an_earlier_run_that_could_not_measure_every_point():
+    """results/h200-load-tp1 has no stock group at 8K x 16 and x 32 (its rounds were refused): the
+    dry run of another design on that prior crashed with a KeyError (found planning an H100 run)."""
+    load = PRECISION.parent / "h200-load-tp1"
+    comp = planning.Components.from_dict(json.loads((load / "summary.json").read_text())["variance_model"], str(load))
+    nu = prior_mod.prior_df(comp)
+    assert Point(1024, 16) in nu and Point(8192, 4) in nu
+    assert Point(8192, 16) not in nu and Point(8192, 32) not in nu  # no reference there: no df
+
+
 # -- conformance -----------------------------------------------------------------------------------
 def test_conformance_rows():
     """The old rule's failure reproduced (far more than 5 % at a 1 % run sd; above 5 % at the prior

@@ -180,17 +180,28 @@ def prior_df(comp: planning.Components) -> dict[Point, float]:
         shared = int(fit["n_servers"]) < int(fit["n_cells"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    cells = planning.hypothetical_cells(arms, points, k, dict.fromkeys(points, 6), shared, tag="prior")
+    # only the groups the earlier run measured: a point it could not measure for one arm (refused
+    # rounds, KV cache) has no noise level to build a design from
+    measured = {(g["arm"], Point.of(g)) for g in groups} & set(comp.q)
+    cells = [
+        c
+        for c in planning.hypothetical_cells(arms, points, k, dict.fromkeys(points, 6), shared, tag="prior")
+        if (c.arm, c.point) in measured
+    ]
     d, theta = vm.planned(cells, comp.sigma2_server, comp.tau2, comp.weights)
     q = np.array([comp.q[g] for g in d.groups])
     nu = np.array([comp.nu.get(g, (0.0, 0.0)) for g in d.groups])
     inf = vm.Inference(d, vm.Noise(q, nu), theta)
     out = {}
     for p in points:
+        if (arms[0], p) not in measured:
+            continue
         c = np.zeros(len(d.groups))
         c[d.groups.index((arms[0], p))] = 1.0
         worst: float | None = None
         for a in arms[1:] or [arms[0]]:
+            if (a, p) not in measured:
+                continue
             if a != arms[0]:
                 c2 = c.copy()
                 c2[d.groups.index((a, p))] = -1.0
