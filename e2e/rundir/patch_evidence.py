@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from e2e.plugin.contract import BUILTIN_TARGETS, GATES, WRAPS_ATTR
 from e2e.stats.point import Point
 
 SCHEMA = 1
@@ -127,3 +128,25 @@ def inert_points(rows: Iterable[dict[str, Any]], reference: str | None) -> list[
         if f:
             out.append({"arm": arm, **point.fields(), "findings": f})
     return out
+
+
+def check_line(reference: bool, patches: Iterable[str], wraps: dict[str, list[str]], routing_off: bool) -> str:
+    """For the dry run: can this arm be caught inert, and by which functions' counts."""
+    if reference:
+        return "the reference: never judged inert"
+    patches = list(patches)
+    if not patches:
+        return "cannot be checked: no patch (whatever else differs is not a function the plugin counts)"
+    if routing_off:
+        return "cannot be checked: E2E_ROUTING_MODE=off (nothing is counted)"
+    undeclared = [p for p in patches if p not in BUILTIN_TARGETS and not wraps.get(p)]
+    if undeclared:
+        return (
+            f"cannot be checked: {', '.join(undeclared)} declares no targets "
+            f"({WRAPS_ATTR} or @wraps: docs/concepts/arms.md)"
+        )
+    targets: list[str] = []
+    for p in patches:
+        targets += BUILTIN_TARGETS.get(p) or wraps.get(p) or []
+    named = ", ".join(f"{t.split(':')[1]}{' (answers compared)' if t in GATES else ''}" for t in dict.fromkeys(targets))
+    return f"checked: inert where {named} is never called (or never answers differently)"
