@@ -99,6 +99,7 @@ class Runner:
         self.sampler = sampler
         # retry: how long a GPU held before a start may take to clear (Ray: 0, another slot takes it)
         self.gpu_wait_s = gpu_state.PRESTART_WAIT_S if gpu_wait_s is None else gpu_wait_s
+        self.inert_said: set[tuple[str, Point]] = set()  # (arm, point) already said inert on the console
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> list[CellRowDict]:
@@ -299,12 +300,11 @@ class Runner:
         --fail-fast the run stops here, its row written."""
         if row.get("status") != "ok" or cell.arm == self.cfg.arms[0].name:
             return  # the reference is never inert
-        found = patch_evidence.cell_findings(dict(row))
-        said = self.__dict__.setdefault("_inert_said", set())
+        found = patch_evidence.cell_findings(row)
         key = (cell.arm, Point.of(row))
-        if not found or key in said:
+        if not found or key in self.inert_said:
             return
-        said.add(key)
+        self.inert_said.add(key)
         what = "; ".join(patch_evidence.describe(f) for f in found)
         msg = f"arm {cell.arm} is inert at {key[1]} ({cell.cell_id}): {what} in this server's processes"
         if self.cfg.run.fail_fast:

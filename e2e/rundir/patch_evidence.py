@@ -15,7 +15,7 @@ several cells keeps counting, so this_cell is the difference from the cell befor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from e2e.plugin.contract import BUILTIN_TARGETS, GATES, WRAPS_ATTR
@@ -83,13 +83,13 @@ def describe(f: dict[str, Any]) -> str:
     return f"{qualname} ({module}) {f['seen']}"
 
 
-def cell_findings(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+def cell_findings(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The rule over one cell's own counts; None when the row recorded none."""
     got = _this_cell(row)
     return None if got is None else findings(got)
 
 
-def _this_cell(row: dict[str, Any]) -> Functions | None:
+def _this_cell(row: Mapping[str, Any]) -> Functions | None:
     r = row.get("routing")
     p = r.get("patched") if isinstance(r, dict) else None
     if not isinstance(p, dict) or p.get("schema") != SCHEMA or not isinstance(p.get("this_cell"), dict):
@@ -98,7 +98,7 @@ def _this_cell(row: dict[str, Any]) -> Functions | None:
     return got
 
 
-def point_findings(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def point_findings(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
     """The rule over an arm's cells at one point (their counts summed); None when none recorded any."""
     total: Functions = {}
     seen = False
@@ -115,10 +115,10 @@ def point_findings(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | Non
     return findings(total) if seen else None
 
 
-def inert_points(rows: Iterable[dict[str, Any]], reference: str | None) -> list[dict[str, Any]]:
+def inert_points(rows: Iterable[Mapping[str, Any]], reference: str | None) -> list[dict[str, Any]]:
     """Per arm and point where the arm is inert: {"arm", point fields, "findings"}; the reference
     arm never. Finished (ok) cells only, as the verdicts count them."""
-    groups: dict[tuple[str, Point], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, Point], list[Mapping[str, Any]]] = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("arm") != reference:
             groups.setdefault((r["arm"], Point.of(r)), []).append(r)
