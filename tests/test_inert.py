@@ -81,6 +81,15 @@ def test_a_shared_server_judges_each_cell_by_its_own_calls():
     assert patch_evidence.findings(patch_evidence.since(total_1, None)) == []
 
 
+def test_under_full_cuda_graphs_a_cell_is_judged_on_its_servers_total():
+    # the gate asked (and differing) while graphs were captured, in the server's first cell only
+    total = {GATE: {"calls": 40, "differing": 40, "processes": 2}}
+    later = patch_evidence.since(total, total)
+    assert patch_evidence.cell_findings(_row({"patched": patch_evidence.evidence(total, later, True)})) == []
+    eager = patch_evidence.evidence(total, later, False)
+    assert patch_evidence.cell_findings(_row({"patched": eager}))[0]["seen"] == "never called"
+
+
 def test_no_evidence_is_never_inert_and_the_reference_never(tmp_path):
     old = {"status": "ok", "arm": "widened", "depth": 1024, "routing": {"layer_classes": []}}
     assert patch_evidence.cell_findings(old) is None and patch_evidence.point_findings([old]) is None

@@ -8,9 +8,11 @@ called but never answered differently from vLLM's own. Its verdict word is then 
 from before plugin record /2, routing mode off, a user patch that declares no targets) is never inert.
 The reference arm is never judged.
 
-In a cell row: routing["patched"] = {"schema": 1, "since_server_start": {...}, "this_cell": {...}},
-each {function: {"calls", "differing" (None where not compared), "processes"}}; a server shared by
-several cells keeps counting, so this_cell is the difference from the cell before on that server.
+In a cell row: routing["patched"] = {"schema": 1, "since_server_start": {...}, "this_cell": {...},
+"judged_on": one of the two}, each {function: {"calls", "differing" (None where not compared),
+"processes"}}; a server shared by several cells keeps counting, so this_cell is the difference from
+the cell before on that server. Under full CUDA graphs a cell is judged on the server's total (a gate
+asked at capture decided the replays of every later cell).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from e2e.plugin.contract import BUILTIN_TARGETS, GATES, WRAPS_ATTR
 from e2e.stats.point import Point
 
 SCHEMA = 1
+SINCE_START, THIS_CELL = "since_server_start", "this_cell"
 Functions = dict[str, dict[str, Any]]
 
 
@@ -55,11 +58,16 @@ def since(now: Functions, before: Functions | None) -> Functions:
     return out
 
 
-def evidence(server_total: Functions | None, this_cell: Functions | None) -> dict[str, Any] | None:
-    """routing["patched"] of a cell row, or None when nothing was counted."""
+def evidence(
+    server_total: Functions | None, this_cell: Functions | None, graphs_full: bool = False
+) -> dict[str, Any] | None:
+    """routing["patched"] of a cell row, or None when nothing was counted. `judged_on` is this_cell,
+    except under full CUDA graphs: replays run no Python, so a gate asked while the graphs were
+    captured (the server's start) decided every later cell of that server too."""
     if server_total is None or this_cell is None:
         return None
-    return {"schema": SCHEMA, "since_server_start": server_total, "this_cell": this_cell}
+    basis = SINCE_START if graphs_full else THIS_CELL
+    return {"schema": SCHEMA, SINCE_START: server_total, THIS_CELL: this_cell, "judged_on": basis}
 
 
 def findings(functions: Functions) -> list[dict[str, Any]]:
@@ -92,9 +100,10 @@ def cell_findings(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 def _this_cell(row: Mapping[str, Any]) -> Functions | None:
     r = row.get("routing")
     p = r.get("patched") if isinstance(r, dict) else None
-    if not isinstance(p, dict) or p.get("schema") != SCHEMA or not isinstance(p.get("this_cell"), dict):
+    basis = p.get("judged_on", THIS_CELL) if isinstance(p, dict) else None
+    if not isinstance(p, dict) or p.get("schema") != SCHEMA or not isinstance(p.get(basis), dict):
         return None
-    got: Functions = p["this_cell"]
+    got: Functions = p[basis]
     return got
 
 

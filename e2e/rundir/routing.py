@@ -20,6 +20,7 @@ import psutil
 from e2e.design.config import ArmCfg
 from e2e.plugin import targets
 from e2e.plugin.contract import ENV_RECORD_DIR, RECORD_SCHEMA_PREFIX
+from e2e.plugin.recorder import GRAPH_NOTE_FULL
 from e2e.rundir import patch_evidence
 
 
@@ -88,7 +89,8 @@ def fold_records(
     )
     total = patch_evidence.fold(recs) if arm.patches else None
     if total is not None:  # only where counted: rows without it are never judged inert
-        out["patched"] = patch_evidence.evidence(total, patch_evidence.since(total, before))
+        full = GRAPH_NOTE_FULL in notes  # replays run no Python: the capture's calls speak for every cell
+        out["patched"] = patch_evidence.evidence(total, patch_evidence.since(total, before), full)
     out["hooks"] = hook_table(recs)
     out["warnings"] = routing_warnings(recs, out, live is not None)
     out["warnings"] += step_gaps(out)
