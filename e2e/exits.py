@@ -5,7 +5,7 @@
     2    bad input (one line naming what is wrong) or an error (a crash prints its traceback and
          ends with `error: internal error: ...`; it is never 1, which means a verdict)
     3    done, but it cannot decide (an inconclusive or incomplete sign-off; compare or history
-         without the replication to decide)
+         without the replication to decide; a run with an inert arm, unless --allow-inert)
     130  interrupted (servers stopped, results kept; a run is resumable)
 
 `run_e2e.py` (e2e/cli/entry.py) and `python -m kernels_check` (kernels_check/cli.py) both end through
@@ -30,7 +30,8 @@ MEANING = {
     OK: "done",
     FAILED: "done, and a verdict failed (failed cells, a failed sign-off, a regression)",
     BAD_INPUT: "bad input or an error (the line above says which)",
-    CANNOT_DECIDE: "done, but it could not decide (an inconclusive or incomplete sign-off, or too few servers)",
+    CANNOT_DECIDE: "done, but it could not decide (an inconclusive or incomplete sign-off, too few servers, "
+    "or an inert arm: its patch changed nothing)",
     INTERRUPTED: "interrupted: servers stopped, results kept",
 }
 

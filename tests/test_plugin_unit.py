@@ -149,12 +149,12 @@ def test_every_builtin_patch_name_has_an_applier_and_the_config_accepts_it():
 
 def test_gate_always_off_in_process_and_observed(fresh_gate):
     seen = []
-    patches.GATE.observer = lambda a, k, ans: seen.append((a[3], ans))
+    patches.GATE.observer = lambda a, k, ans, orig: seen.append((a[3], ans, orig))
     assert patches.apply_patches(["gate-always-off"]) == ["gate-always-off"]
     gate = fresh_gate.use_rocm_custom_paged_attention
     assert gate is not None and gate(torch.bfloat16, 128, 16, 4, 1024, 0, "auto") is False
     assert gate.original(torch.bfloat16, 128, 16, 4, 1024, 0, "auto") is True  # vLLM's, untouched
-    assert seen == [(4, False)]
+    assert seen == [(4, False, True)]  # the patched answer, and vLLM's own beside it
     assert patches.APPLIED["gate-always-off"]["state"] == "installed"
     # The forced answers replace each other (kernels_check flips them per cell) ...
     assert patches.apply_patches(["gate-always-on"]) == ["gate-always-on"]

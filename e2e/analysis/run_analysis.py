@@ -22,7 +22,7 @@ from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
 from e2e.errors import UserError
 from e2e.gpu import bandwidth, roofline
-from e2e.rundir import gpu_rows
+from e2e.rundir import gpu_rows, patch_evidence
 from e2e.rundir.store import counted_requests
 from e2e.stats import bookends, estimate, planning, verdicts
 from e2e.stats import cells as stats
@@ -244,15 +244,27 @@ class RunAnalysis:
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
         self.correction = verdicts.decide_family([c for _, c in pooled], self.alpha, "holm")
         self._plan_family(pooled)
+        # an arm whose patch changed nothing at a point: its verdict is inert, whatever the numbers say
+        self.inert = patch_evidence.inert_points(self.cell_rows.values(), self.reference)
+        inert_at = {(i["arm"], Point.of(i)): i["findings"] for i in self.inert}
+        self.warnings.extend(
+            f"{i['arm']} is inert at {Point.of(i)}: "
+            + "; ".join(patch_evidence.describe(f) for f in i["findings"])
+            + ": its verdict reads inert"
+            for i in self.inert
+        )
         out = []
         for head, cmp in entries:
-            marks: dict[str, list[str]] = {}
+            marks: dict[str, Any] = {}
             if head["scope"] == "pooled":
                 ma, mr = (
                     self.server_marks(head["arm"], Point.of(head)),
                     self.server_marks(head["reference"], Point.of(head)),
                 )
                 marks = {k: ma[k] + mr[k] for k in ma}
+                found = inert_at.get((head["arm"], Point.of(head)))
+                if found:  # only rows that recorded counts: older runs' rows stay as they were
+                    marks.update(decision=verdicts.INERT, decision_measured=cmp.decision, inert=found)
             out.append({**head, **cmp.to_dict(), **marks})
             if head["scope"] == "pooled":
                 self.warnings.extend(

@@ -116,7 +116,15 @@ class Run(Command):
         p.add_argument(
             "--max-minutes", type=positive("--max-minutes"), help="adaptive replication: no new pass after this long"
         )
-        p.add_argument("--fail-fast", action="store_true", help="stop at the first failed cell")
+        p.add_argument(
+            "--fail-fast", action="store_true", help="stop at the first failed cell, or the first inert arm's cell"
+        )
+        p.add_argument(
+            "--allow-inert",
+            action="store_true",
+            help="an inert arm (its patched function never called, or never answering differently) "
+            "does not make the run exit 3; its verdict still reads inert",
+        )
         p.add_argument(
             "--gpu-exclusive",
             choices=("retry", "warn", "fail"),
@@ -176,6 +184,7 @@ class Run(Command):
             gsm8k_limit=a.limit,
             gsm8k_aa=a.gsm8k_aa,
             executor=executor_options(a),
+            allow_inert=a.allow_inert,
         )
         if a.resume:
             given = [

@@ -52,6 +52,7 @@ def _arms(console: Any, found: Preflight) -> None:
     for a in found.arms:
         _say(console, f"arm {a.name}: {a.python} (vLLM: {a.vllm})")
         _say(console, f"  patches: {', '.join(a.patches) or 'none'}")
+        _say(console, f"  inert check: {a.inert_check}")
         env = " ".join(f"{k}={v}" for k, v in a.env.items())
         _say(
             console, f"  env: {env or 'none'} (the harness adds its own: the plugin's, the API key, the compile cache)"

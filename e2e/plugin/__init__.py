@@ -79,10 +79,23 @@ def register() -> None:
             patches.apply_patches([name])
             rec.extra["patches_applied"].append(name)
             rec.extra["patch_details"][name] = patches.APPLIED[name]
+        if mode != "off":  # what the patches change, counted (routing off: nothing is, nor judged)
+            instrument.watch_patched(rec, patched_functions(requested, rec.extra["patch_details"]))
     except Exception as exc:
         _fail(rec, str(exc) if isinstance(exc, patches.PatchError) else f"{type(exc).__name__}: {exc}", exc)
     rec.write()
     rec.start_flushing()
+
+
+def patched_functions(names: list[str], details: dict[str, Any]) -> list[str]:
+    """The functions ("module:qualname") the named patches change: a built-in's own, a user patch's
+    declared ones (its detail's "wraps")."""
+    from e2e.plugin.contract import BUILTIN_TARGETS
+
+    out: list[str] = []
+    for n in names:
+        out += BUILTIN_TARGETS.get(n) or (details.get(n) or {}).get("wraps") or []
+    return list(dict.fromkeys(out))
 
 
 def _fail(rec: Recorder, message: str, cause: BaseException | None = None) -> NoReturn:

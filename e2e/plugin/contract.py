@@ -13,6 +13,10 @@ Environment the harness sets for a server and the plugin reads (launch.plugin_en
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_ON = "E2E_PLUGIN"
 ENV_ARM = "E2E_ARM"
@@ -32,7 +36,8 @@ ENTRY_POINT = f"{PLUGIN_NAME} = e2e.plugin:register"
 SHIM_DIST = "vllm_e2e_bench"
 
 # What one process's record says it is (e2e/plugin/recorder.py writes it, e2e/rundir/routing.py reads it).
-RECORD_SCHEMA = "e2e-plugin-record/1"
+# /2 adds `patched_calls` (the calls of each patched function, and for a gate its differing answers).
+RECORD_SCHEMA = "e2e-plugin-record/2"
 RECORD_SCHEMA_PREFIX = "e2e-plugin-record/"
 
 # Built-in patches, name -> what it does. The appliers are e2e/plugin/patches.py's registry (a test
@@ -47,6 +52,35 @@ BUILTIN_PATCHES = {
     GATE_OFF: "the ROCm custom paged-attention gate answers False",
 }
 USER_PATCH_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+# What each patch changes, so a run can tell an arm that changed nothing (e2e/rundir/patch_evidence.py).
+# A target is "module:qualname". A gate's wrapper asks vLLM's original too, so its differing answers count.
+GATE_FUNCTION = "vllm.platforms.rocm:use_rocm_custom_paged_attention"
+BUILTIN_TARGETS = {WIDENED_GATE: (GATE_FUNCTION,), GATE_ON: (GATE_FUNCTION,), GATE_OFF: (GATE_FUNCTION,)}
+GATES = frozenset({GATE_FUNCTION})  # targets whose original answer is recorded beside the patched one
+# A user patch declares what it wraps as this attribute of its function (a list of "module:qualname"),
+# set by hand or by the decorator below; without it the arm cannot be checked for being inert.
+WRAPS_ATTR = "e2e_wraps"
+TARGET_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def wraps(*targets: str) -> Callable[[F], F]:
+    """Decorator for a user patch function: the functions ("module:qualname") it replaces or wraps.
+
+    from e2e.plugin.contract import wraps
+
+    @wraps("vllm.v1.attention.ops.chunked_prefill_paged_decode:chunked_prefill_paged_decode")
+    def apply(): ...
+    """
+    bad = [t for t in targets if not isinstance(t, str) or not TARGET_FORM.match(t)]
+    if bad or not targets:
+        raise ValueError(f"wraps{targets!r}: name each target as 'module:qualname'")
+
+    def mark(fn: F) -> F:
+        setattr(fn, WRAPS_ATTR, tuple(targets))
+        return fn
+
+    return mark
 
 
 def patch_form_problem(name: str) -> str | None:

@@ -6,6 +6,8 @@ call counts in the recorder (e2e/plugin/recorder.py says what is counted) and th
     custom op   vllm._custom_ops.paged_attention_rocm, counted with its own arguments
     Triton 2D   kernel_paged_attention_2d: launches through `kernel[grid](...)` count
     steps       GPUModelRunner.execute_model: each return ends a step
+    patched     each function an arm's patches change (contract.BUILTIN_TARGETS, a user patch's
+                declared targets): its calls; the gate's entry (patches.py) counts its own
 
 Each hook runs when vLLM imports the module concerned (e2e/plugin/hooks.py says why lazily) and
 wraps once: a wrapper carries `_e2e`, so a second hook of the same function (a forked child, a
@@ -18,6 +20,7 @@ import functools
 from typing import Any
 
 from e2e.plugin import hooks, patches
+from e2e.plugin.contract import GATES
 from e2e.plugin.kernel_args import CountedKernel, custom_op_args
 from e2e.plugin.recorder import Recorder
 from e2e.plugin.targets import ATTENTION, CUSTOM_OP, FORWARD, STEPS, TRITON_2D
@@ -148,3 +151,37 @@ def hook_runner(rec: Recorder, mod: Any) -> None:
     where = f"{mod.__name__}.GPUModelRunner.execute_model"
     prev = rec.hooked.get(STEPS.name)  # both runner layouts imported: name both
     rec.hooked[STEPS.name] = f"{prev}, {where}" if prev else where
+
+
+def watch_patched(rec: Recorder, targets: list[str]) -> None:
+    """Count the calls of the functions the arm's patches change. The gate's entry counts itself
+    (with vLLM's own answer beside the patch's); any other target is wrapped where it lives, once
+    its module is imported, after the patch replaced it (the patch ran first, in register)."""
+    for target in dict.fromkeys(targets):
+        rec.watch(target)
+        if target not in GATES:
+            module, qualname = target.split(":")
+            hooks.when_imported(module, functools.partial(_wrap_target, rec, target, qualname))
+
+
+def _wrap_target(rec: Recorder, target: str, qualname: str, mod: Any) -> None:
+    *owner_path, name = qualname.split(".")
+    owner: Any = mod
+    for part in owner_path:
+        owner = getattr(owner, part, None)
+    raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if raw is None:  # the harness's preflight refuses this before any server; a server says it too
+        raise patches.PatchError(f"declared target {target} does not exist (vLLM {patches.vllm_version()})")
+    kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+    fn = raw.__func__ if kind is not None else raw
+    if _marked(fn):
+        return
+
+    @functools.wraps(fn)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        rec.patched_call(target)
+        return fn(*args, **kwargs)
+
+    _mark(counted)
+    setattr(owner, name, kind(counted) if kind is not None else counted)
+    rec.hooked[f"patched:{target}"] = f"{mod.__name__}.{qualname}"

@@ -10,7 +10,9 @@ call, so replacing the module attribute takes effect):
                         unchanged; cached with functools.cache like the original.
     gate-always-on      the gate answers True (kernel-level checks force the custom kernel)
     gate-always-off     the gate answers False (kernel-level checks force the Triton kernel)
-User patches are "module:function": the function is called with no arguments.
+User patches are "module:function": the function is called with no arguments. It may declare the
+functions it replaces (contract.WRAPS_ATTR, or the decorator contract.wraps): the recorder then counts
+their calls, so an arm whose patch is never reached is caught (docs/concepts/arms.md).
 
 A patch whose target does not exist raises PatchError naming the target and the vLLM version.
 `apply_patches(names)` works in any process, with or without the plugin's environment.
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from e2e.plugin import hooks
-from e2e.plugin.contract import GATE_OFF, GATE_ON, USER_PATCH_FORM, WIDENED_GATE
+from e2e.plugin.contract import GATE_OFF, GATE_ON, TARGET_FORM, USER_PATCH_FORM, WIDENED_GATE, WRAPS_ATTR
 
 GATE_MODULE = "vllm.platforms.rocm"
 GATE_FUNC = "use_rocm_custom_paged_attention"
@@ -66,7 +68,8 @@ class _Gate:
         self.original: CachedGate | None = None  # vLLM's cached function, once imported
         self.impl: CachedGate | None = None  # None: the original
         self.impl_name: str | None = None  # which patch set impl
-        self.observer: Callable[[tuple[Any, ...], dict[str, Any], bool], None] | None = None  # the routing recorder
+        # the routing recorder: (args, kwargs, answer, vLLM's own answer under a patch else None)
+        self.observer: Callable[[tuple[Any, ...], dict[str, Any], bool, bool | None], None] | None = None
         self.installed = False  # entry placed in the module
         self.widened_code: Any = None  # compiled widened function (code object)
         self.widened_detail: dict[str, Any] = {}
@@ -87,7 +90,15 @@ def _gate_entry(*args: Any, **kwargs: Any) -> bool:
     answer = _answering()(*args, **kwargs)
     obs = GATE.observer
     if obs is not None:
-        obs(args, kwargs, answer)
+        # Under a patch, vLLM's own answer too (cached like it): a patch that never answers
+        # differently changed nothing (e2e/rundir/patch_evidence.py). None: no patch answers.
+        original = None
+        if GATE.impl is not None and GATE.original is not None:
+            try:
+                original = GATE.original(*args, **kwargs)
+            except Exception:  # the original cannot answer here: nothing to compare, never a crash
+                original = None
+        obs(args, kwargs, answer, original)
     return answer
 
 
@@ -264,13 +275,29 @@ def _apply_user(spec: str) -> dict[str, Any]:
             f"patch {spec!r}: target {mod_name}.{func_name} does not exist "
             f"(module {getattr(mod, '__file__', mod_name)}); vLLM {vllm_version()}"
         )
+    wraps = _declared(spec, func)
     try:
         result = func()
     except PatchError:
         raise
     except Exception as exc:
         raise PatchError(f"patch {spec!r} failed in vLLM {vllm_version()}: {type(exc).__name__}: {exc}") from exc
-    return {"target": spec, "state": "called", "returned": None if result is None else repr(result)[:200]}
+    return {
+        "target": spec,
+        "state": "called",
+        "returned": None if result is None else repr(result)[:200],
+        "wraps": list(wraps),
+    }
+
+
+def _declared(spec: str, func: Any) -> tuple[str, ...]:
+    """The targets a user patch declares it wraps (contract.WRAPS_ATTR), each "module:qualname"."""
+    got = getattr(func, WRAPS_ATTR, ())
+    got = (got,) if isinstance(got, str) else tuple(got or ())
+    bad = [t for t in got if not isinstance(t, str) or not TARGET_FORM.match(t)]
+    if bad:
+        raise PatchError(f"patch {spec!r}: {WRAPS_ATTR} {bad!r}: name each target as 'module:qualname'")
+    return got
 
 
 APPLIED: dict[str, dict[str, Any]] = {}  # name -> detail, for the process record

@@ -7,6 +7,8 @@ What is counted (a dict increment per call; nothing is synchronised with the dev
   rocm_custom_op              vllm._custom_ops.paged_attention_rocm (the custom ROCm kernel)
   triton_paged_attention_2d   launches of kernel_paged_attention_2d in chunked_prefill_paged_decode
   gate                        use_rocm_custom_paged_attention's answer with its arguments
+  patched_calls               per function a patch changes: its calls, and for the gate the answers
+                              unlike vLLM's own (the entry asks both), so an inert arm is caught
 Kernel counts are keyed by the layer class whose forward was running, and by the kernel's own
 arguments (head size, block size, heads, window, dtypes). A layer class is the layer geometry plus
 the implementation: head size, q/kv heads, sliding window, dtypes, block size.
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.plugin import hooks, targets
-from e2e.plugin.contract import RECORD_SCHEMA
+from e2e.plugin.contract import GATE_FUNCTION, GATES, RECORD_SCHEMA
 
 SCHEMA = RECORD_SCHEMA
 MAX_STEPS = 20000  # per-step mode keeps at most this many steps with attention calls
@@ -120,6 +122,8 @@ class Recorder:
         self.started = time.time()
         self.counts: dict[tuple[str, str, str], int] = {}  # (layer class, path, kernel args) -> n
         self.gate: dict[GateKey, list[Any]] = {}  # -> [n, min max_seq_len, max max_seq_len]
+        # patched function ("module:qualname") -> [calls, answers unlike vLLM's own (gates only)]
+        self.patched: dict[str, list[int]] = {t: [0, 0] for t in self.extra.get("patch_targets", ())}
         self.layers: dict[str, dict[str, Any]] = {}  # layer class -> geometry + layer names
         self.layer_keys: dict[int, str] = {}  # id(Attention layer) -> layer class
         self.current = NO_LAYER  # layer class whose forward is running
@@ -156,7 +160,23 @@ class Recorder:
             sk = f"{self.current}|{path}"
             self.step_counts[sk] = self.step_counts.get(sk, 0) + 1
 
-    def gate_call(self, args: tuple[Any, ...], kwargs: dict[str, Any], answer: bool) -> None:
+    def watch(self, target: str) -> None:
+        """Count the calls of a patched function (e2e/rundir/patch_evidence.py reads them)."""
+        self.patched.setdefault(target, [0, 0])
+        listed = self.extra.setdefault("patch_targets", [])
+        if target not in listed:
+            listed.append(target)
+
+    def patched_call(self, target: str, differs: bool = False) -> None:
+        v = self.patched.get(target)
+        if v is not None:
+            v[0] += 1
+            v[1] += differs
+
+    def gate_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], answer: bool, original: bool | None = None
+    ) -> None:
+        self.patched_call(GATE_FUNCTION, original is not None and bool(original) != bool(answer))
         a = list(args) + [None] * (len(GATE_ARGS) - len(args))
         for i, n in enumerate(GATE_ARGS):
             if n in kwargs:
@@ -299,6 +319,10 @@ class Recorder:
             "counts": [
                 {"layer_class": k[0], "path": k[1], "kernel_args": k[2], "n": n} for k, n in sorted(counts.items())
             ],
+            # only the functions watched here: a record without one says nothing about it
+            "patched_calls": {
+                t: {"calls": v[0], "differing": v[1] if t in GATES else None} for t, v in dict(self.patched).items()
+            },
             "gate_calls": [
                 {
                     "layer_class": k[0],

@@ -11,6 +11,7 @@ from e2e.report.tables import num, render_markdown
 from e2e.stats import outcomes
 from e2e.stats.point import Point
 from e2e.stats.variance_model import PER_POINT, PROPORTIONAL
+from e2e.stats.verdicts import INERT
 
 
 # -- verdicts -------------------------------------------------------------------------------------
@@ -21,11 +22,27 @@ def verdicts(s: dict[str, Any]) -> list[str]:
     if not pooled:
         return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]
     target = f.get("target_mde_pct")
+    inert = [c for c in pooled if c.get("decision") == INERT]
+    words = (*outcomes.RULE_WORDS, INERT) if inert else outcomes.RULE_WORDS
     md += [
-        f"{outcomes.rule_text()} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+        f"{outcomes.rule_text(words)} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
         f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
         "",
     ]
+    if inert:  # what was seen, per arm and point (the numbers would have read decision_measured)
+        md += [
+            "Inert (the arm's patch changed nothing there; e2e/rundir/patch_evidence.py):",
+            "",
+            *(
+                f"- {c['arm']} at {Point.of(c)}: "
+                + "; ".join(
+                    f"`{x['function'].split(':')[1]}` ({x['function'].split(':')[0]}) {x['seen']}" for x in c["inert"]
+                )
+                + f" (the numbers alone: {c.get('decision_measured') or 'no decision'})"
+                for c in inert
+            ),
+            "",
+        ]
     cs = md_load.concurrencies(s)
     for c in cs:  # a table per concurrency in a grid run; one table otherwise
         title = [f"### c = {c} ({c} request{'s' if c > 1 else ''} decoding together)", ""] if len(cs) > 1 else []

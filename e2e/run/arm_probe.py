@@ -1,8 +1,9 @@
 """An arm's interpreter asked, before any server starts, what its servers would find there: that it
 runs, its vLLM version (from package metadata: vLLM is never imported, here or there), and for each
 patch whether the server could apply it: a module:function patch's module imports and has the
-function (imported for real, as the plugin will: a patch module may import anything), a built-in's
-target is in that vLLM's source. One subprocess of the interpreter per arm, with the arm's
+function (imported for real, as the plugin will: a patch module may import anything) and each
+function it declares it wraps (contract.WRAPS_ATTR) exists there, a built-in's target is in that
+vLLM's source. One subprocess of the interpreter per arm, with the arm's
 environment and the plugin's PYTHONPATH, under a timeout; the harness imports none of it.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.design.config import ArmCfg, Config
-from e2e.plugin.contract import BUILTIN_PATCHES
+from e2e.plugin.contract import BUILTIN_PATCHES, TARGET_FORM, WRAPS_ATTR
 from e2e.safety.redact import scrub, secret_values
 from e2e.serve.launch import plugin_env, server_python
 
@@ -30,9 +31,35 @@ GATE_DEF = "def use_rocm_custom_paged_attention"
 
 # Runs in the arm's interpreter: the standard library only, and Python 3.8 syntax.
 SCRIPT = r"""
-import importlib, importlib.metadata as md, importlib.util, json, os, sys
+import importlib, importlib.metadata as md, importlib.util, json, os, re, sys
 ask = json.loads(sys.argv[1])
-out = {"vllm": None, "patches": {}}
+out = {"vllm": None, "patches": {}, "wraps": {}}
+def target_problem(t):
+    if not re.match(ask["target_form"], t):
+        return "declares %r: name it 'module:qualname'" % (t,)
+    mod_name, qual = t.split(":")
+    try:
+        spec = importlib.util.find_spec(mod_name)
+    except Exception:
+        spec = None
+    if spec is None:
+        return "declares %s, whose module %s is not found" % (t, mod_name)
+    try:
+        obj = importlib.import_module(mod_name)
+    except BaseException:
+        # a module that does not import here (vllm.platforms.rocm off ROCm): its source must define it
+        try:
+            text = open(spec.origin, encoding="utf-8").read()
+        except Exception:
+            return "declares %s, whose module %s neither imports nor reads here" % (t, mod_name)
+        head = re.escape(qual.split(".")[0])
+        found = re.search(r"^(async\s+)?(def|class)\s+%s\b|^%s\s*[:=]" % (head, head), text, re.M)
+        return None if found else "declares %s, which %s does not define (%s)" % (t, mod_name, spec.origin)
+    for part in qual.split("."):
+        if not hasattr(obj, part):
+            return "declares %s, which does not exist (%s has no %r)" % (t, getattr(obj, "__name__", mod_name), part)
+        obj = getattr(obj, part)
+    return None
 for d in ask["dists"]:
     try:
         out["vllm"] = "%s %s" % (d, md.version(d))
@@ -56,7 +83,11 @@ for p in ask["user"]:
         out["patches"][p] = "module %r does not import (%s: %s)" % (mod_name, type(e).__name__, e)
         continue
     if callable(getattr(mod, func, None)):
-        out["patches"][p] = None
+        wraps = getattr(getattr(mod, func), ask["wraps_attr"], ())
+        wraps = [wraps] if isinstance(wraps, str) else [str(t) for t in (wraps or ())]
+        out["wraps"][p] = wraps
+        bad = [b for b in map(target_problem, wraps) if b]
+        out["patches"][p] = "; ".join(bad) if bad else None
     else:
         out["patches"][p] = "module %s has no function %r (%s)" % (mod_name, func, getattr(mod, "__file__", "?"))
 print(ask["mark"] + json.dumps(out), flush=True)
@@ -71,6 +102,7 @@ class ArmProbe:
     python: str
     vllm: str = "unknown"
     problems: list[str] = field(default_factory=list)
+    wraps: dict[str, list[str]] = field(default_factory=dict)  # user patch -> the targets it declares
 
 
 def where_python(cfg: Config, arm: ArmCfg) -> str:
@@ -93,6 +125,8 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
         "gate_source": GATE_SOURCE,
         "gate_def": GATE_DEF,
         "mark": MARK,
+        "wraps_attr": WRAPS_ATTR,
+        "target_form": TARGET_FORM.pattern,
     }
     try:
         r = subprocess.run(
@@ -121,6 +155,7 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
         return out
     got = json.loads(answer)
     out.vllm = got["vllm"] or "not installed"
+    out.wraps = got.get("wraps") or {}
     for name in arm.patches:
         why = got["patches"].get(name)
         if why:

@@ -4,8 +4,9 @@
 the run itself (session.start and session.resume, through `require`) call, so the two never disagree:
 
     interpreters  each arm's exists, is executable and runs (e2e/run/arm_probe.py)
-    patches       each module:function imports and has its function in its arm's interpreter; a
-                  built-in's target is in that interpreter's vLLM
+    patches       each module:function imports and has its function in its arm's interpreter, and
+                  every function it declares it wraps exists there; a built-in's target is in that
+                  interpreter's vLLM; and whether each arm can be caught inert (patch_evidence)
     model         a local model folder prompts can be drawn for (its config.json), or model.vocab_size
     gsm8k         when the sign-off will run: its arms, tasks, lm-eval (the `gsm8k` extra), test split
 
@@ -23,8 +24,10 @@ from e2e.accuracy.tasks import FULL_SIZE
 from e2e.accuracy.unit import plan_units
 from e2e.design.config import ArmCfg, Config
 from e2e.errors import UserError
+from e2e.plugin.contract import ENV_ROUTING_MODE
 from e2e.run.arm_probe import ArmProbe, probe_arm
 from e2e.run.measure import TokenSampler
+from e2e.rundir import patch_evidence
 from e2e.safety.redact import redact_args, redact_env
 from e2e.serve.launch import check_launchable, server_python, server_spec
 
@@ -42,6 +45,7 @@ class ArmFacts:
     patches: tuple[str, ...]
     env: dict[str, str]
     argv: str
+    inert_check: str = ""  # whether the run can tell this arm's patch changed nothing (patch_evidence)
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ def _facts(cfg: Config, arm: ArmCfg, probe: ArmProbe) -> ArmFacts:
     spec = server_spec(cfg, arm, None)
     argv = spec.argv(0)
     argv[argv.index("--port") + 1] = PORT
+    off = {**cfg.server.env, **arm.env}.get(ENV_ROUTING_MODE) == "off"
+    check = patch_evidence.check_line(arm.name == cfg.arms[0].name, arm.patches, probe.wraps, off)
     return ArmFacts(
-        arm.name, probe.python, probe.vllm, arm.patches, redact_env(spec.env), shlex.join(redact_args(argv))
+        arm.name, probe.python, probe.vllm, arm.patches, redact_env(spec.env), shlex.join(redact_args(argv)), check
     )

@@ -17,13 +17,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from e2e import exits
 from e2e.design.config import ArmCfg, Config, WorkloadCfg
 from e2e.design.plan import Cell, server_groups
 from e2e.errors import UserError
 from e2e.gpu import gpu_state
 from e2e.run.batch import BatchClient, measure_batch_cell
 from e2e.run.measure import CellClient, CellResult, TokenSampler, measure_cell
-from e2e.rundir import routing
+from e2e.rundir import patch_evidence, routing
 from e2e.rundir.formats import CellRowDict, cell_row, now, request_row
 from e2e.rundir.gpu_rows import describe
 from e2e.rundir.store import CELLS, REQUESTS
@@ -35,6 +36,13 @@ from e2e.serve.launch import RunRoot, start_server
 from e2e.serve.server import ServerGone, VllmServer, port_in_use
 from e2e.stats import bookends
 from e2e.stats.estimate import cell_estimate
+from e2e.stats.point import Point
+
+
+class InertArm(UserError):
+    """--fail-fast on an inert arm: the run stops after the cell that showed it (exit 3)."""
+
+    exit_code = exits.CANNOT_DECIDE
 
 
 class Rows(Protocol):
@@ -91,6 +99,7 @@ class Runner:
         self.sampler = sampler
         # retry: how long a GPU held before a start may take to clear (Ray: 0, another slot takes it)
         self.gpu_wait_s = gpu_state.PRESTART_WAIT_S if gpu_wait_s is None else gpu_wait_s
+        self.inert_said: set[tuple[str, Point]] = set()  # (arm, point) already said inert on the console
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> list[CellRowDict]:
@@ -250,7 +259,10 @@ class Runner:
         if w := watch.throttle_warning():
             self.progress.note(w)
         est = cell_estimate(res.rows, wl.long_tokens, wl.short_tokens)
-        folded = routing.fold_records(ctx["record_dir"], arm)
+        seen = ctx.get("patched_seen") or {}
+        folded = routing.fold_records(ctx["record_dir"], arm, before=seen.get(ctx["tag"]))
+        if folded.get("patched"):  # this server's total so far: its next cell counts from here
+            ctx["patched_seen"] = {ctx["tag"]: folded["patched"]["since_server_start"]}
         problem = routing.patch_problem(folded, arm)
         status = "ok" if est["decode_ms_per_token"] is not None and problem is None else "failed"
         # Where the start went, from the server's own log; only the cell that paid the start has one.
@@ -280,6 +292,24 @@ class Runner:
         checked = cell_row(**row)  # checked again: the bookend was added after the row was built
         self.store.append(CELLS, checked)
         self.progress.cell_done(cell, checked)
+        self._inert(cell, checked)
+
+    def _inert(self, cell: Cell, row: Mapping[str, Any]) -> None:
+        """Said as soon as a cell shows it (the arm's first cell at a point), not after the run: an
+        arm whose patched function was never reached or never answered differently. With
+        --fail-fast the run stops here, its row written."""
+        if row.get("status") != "ok" or cell.arm == self.cfg.arms[0].name:
+            return  # the reference is never inert
+        found = patch_evidence.cell_findings(row)
+        key = (cell.arm, Point.of(row))
+        if not found or key in self.inert_said:
+            return
+        self.inert_said.add(key)
+        what = "; ".join(patch_evidence.describe(f) for f in found)
+        msg = f"arm {cell.arm} is inert at {key[1]} ({cell.cell_id}): {what} in this server's processes"
+        if self.cfg.run.fail_fast:
+            raise InertArm(f"{msg} (--fail-fast)")
+        self.progress.note(f"warning: {msg}: its verdict will read inert (exit 3 unless --allow-inert)")
 
     def _bookend(self, server: VllmServer, client: CellClient, ctx: dict[str, Any]) -> dict[str, Any]:
         """The server's first depth again, at the end of its life (e2e/stats/bookends.py). Its rows carry

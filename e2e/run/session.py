@@ -6,7 +6,7 @@ last the final status and exit status in the manifest, also after a crash or an 
 
 Exit status (e2e/stats/outcomes.py's run_status): 0 done (and gsm8k passed, when it ran), 1 done with
 failed cells or a failed sign-off, 3 done but the sign-off could not decide (inconclusive or
-incomplete), 130 interrupted (servers stopped, rows kept, resumable with --resume), 2 an error.
+incomplete) or an arm is inert (its patch changed nothing; --allow-inert: not 3), 130 interrupted (servers stopped, rows kept, resumable with --resume), 2 an error.
 Latency verdicts do not set the status: a run states them; `compare` turns them into a regression
 status. The console ends with the answer: the verdict table, the sign-off, the exit status's meaning.
 """
@@ -39,7 +39,7 @@ from e2e.run.executors import Executor, ExecutorOptions, LocalExecutor
 from e2e.run.executors import create as create_executor
 from e2e.run.measure import TokenSampler
 from e2e.run.run_manifest import build_manifest
-from e2e.rundir import identity
+from e2e.rundir import identity, patch_evidence
 from e2e.rundir import manifest as mf
 from e2e.rundir.formats import now
 from e2e.rundir.manifest_model import check_unchanged
@@ -60,6 +60,7 @@ class Options:
     gsm8k_limit: int | None = None
     gsm8k_aa: str | None = None
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)  # where the cells run
+    allow_inert: bool = False  # an inert arm does not make the run exit 3
 
 
 def _preflight(cfg: Config, opts: Options) -> TokenSampler:
@@ -238,7 +239,9 @@ def _execute(
             return exits.INTERRUPTED
         verdict = g["verdict"]
         store.update_manifest(gsm8k_verdict=verdict)
-    status = outcomes.run_status(bool(failed), verdict)
+    # an arm whose patch changed nothing (e2e/rundir/patch_evidence.py) cannot decide, unless allowed
+    inert = patch_evidence.inert_points(store.cells(), cfg.arms[0].name)
+    status = outcomes.run_status(bool(failed), verdict, inert=bool(inert) and not opts.allow_inert)
     finish(store, "complete" if not failed else "complete-with-failures", status)
     write_report(store.root)
     s = written_summary(store.root)

@@ -20,6 +20,8 @@ import psutil
 from e2e.design.config import ArmCfg
 from e2e.plugin import targets
 from e2e.plugin.contract import ENV_RECORD_DIR, RECORD_SCHEMA_PREFIX
+from e2e.plugin.recorder import GRAPH_NOTE_FULL
+from e2e.rundir import patch_evidence
 
 
 def read_records(record_dir: Path) -> list[dict[str, Any]]:
@@ -50,11 +52,16 @@ def _proc_label(r: dict[str, Any]) -> str:
     return f"{r.get('role')}{'' if rank is None else f' rank {rank}'} pid {r.get('pid')}"
 
 
-def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> dict[str, Any]:
+def fold_records(
+    record_dir: Path, arm: ArmCfg, wait_s: float | None = None, before: patch_evidence.Functions | None = None
+) -> dict[str, Any]:
     """Fold the per-process records of one server into the cell row's `routing`.
 
     Counts are cumulative since the server started (a server shared by several cells keeps
     counting). Per layer class: which paths, how often, in which processes; the gate's answers.
+    With patches that the records counted, `patched` (e2e/rundir/patch_evidence.py): the patched
+    functions' calls since the server started and in this cell (less `before`, the server's
+    previous cell's total).
     """
     since = time.time()
     recs = _fresh_records(Path(record_dir), since, wait_s)
@@ -80,6 +87,10 @@ def fold_records(record_dir: Path, arm: ArmCfg, wait_s: float | None = None) -> 
             {"pid": pid, "cmdline": cmd} for pid, cmd in sorted(live.items()) if pid not in {r.get("pid") for r in recs}
         ]
     )
+    total = patch_evidence.fold(recs) if arm.patches else None
+    if total is not None:  # only where counted: rows without it are never judged inert
+        full = GRAPH_NOTE_FULL in notes  # replays run no Python: the capture's calls speak for every cell
+        out["patched"] = patch_evidence.evidence(total, patch_evidence.since(total, before), full)
     out["hooks"] = hook_table(recs)
     out["warnings"] = routing_warnings(recs, out, live is not None)
     out["warnings"] += step_gaps(out)

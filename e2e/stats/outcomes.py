@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from e2e import exits
-from e2e.stats.verdicts import EQUIVALENT, FASTER, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, SLOWER
+from e2e.stats.verdicts import EQUIVALENT, FASTER, INCONCLUSIVE, INERT, INSUFFICIENT_REPLICATION, NODATA, SLOWER
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,15 @@ LATENCY: dict[str, Word] = {
             exits.CANNOT_DECIDE,
         ),
         Word(NODATA, "no estimate in an arm", False, False, "#8c564b", exits.CANNOT_DECIDE),
+        Word(
+            INERT,
+            "the arm's patched function was never called at this point, or never answered differently "
+            "from vLLM's own: the arm ran the reference's code, so its ratio is an A/A (never equivalent)",
+            False,
+            False,
+            "#e377c2",
+            exits.CANNOT_DECIDE,
+        ),
     )
 }
 
@@ -112,7 +121,10 @@ def signoff(word: str | None) -> Word | None:
     return SIGNOFF.get(word or "")
 
 
-def rule_text(words: Iterable[str] = (SLOWER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION)) -> str:
+RULE_WORDS = (SLOWER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION)  # the rule as every report states it
+
+
+def rule_text(words: Iterable[str] = RULE_WORDS) -> str:
     """The decision rule in one paragraph (slower and faster share a line)."""
     parts = []
     for w in words:
@@ -136,10 +148,11 @@ def status_of(words: Iterable[str | None], table: dict[str, Word] = LATENCY, inc
     )
 
 
-def run_status(failed_cells: bool, signoff_word: str | None) -> int:
-    """A run's exit status: 1 failed cells or a failed sign-off, 3 a sign-off that could not decide,
-    else 0. Latency verdicts do not set it: `compare` turns them into a regression status."""
-    parts = [exits.FAILED if failed_cells else exits.OK]
+def run_status(failed_cells: bool, signoff_word: str | None, inert: bool = False) -> int:
+    """A run's exit status: 1 failed cells or a failed sign-off, 3 a sign-off that could not decide
+    or an inert arm (the run cannot say what the patch does), else 0. Latency verdicts do not set
+    it: `compare` turns them into a regression status."""
+    parts = [exits.FAILED if failed_cells else exits.OK, exits.CANNOT_DECIDE if inert else exits.OK]
     if signoff_word is not None:
         parts.append(status_of([signoff_word], SIGNOFF))
     return exits.worst(parts)

@@ -37,7 +37,10 @@ from e2e.stats.point import Point
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
 INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient data"
-VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA)
+# Set over the decision by the run's analysis where the arm's patch changed nothing at a point
+# (e2e/rundir/patch_evidence.py); never drawn from the numbers.
+INERT = "inert"
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, INERT)
 BETWEEN, WITHIN, WITHIN_ONE = "between-server", "within-server", "within-server (one server)"
 METHODS = ("holm", "bonferroni", "none")
 
