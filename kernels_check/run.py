@@ -12,20 +12,11 @@ from typing import Any
 import torch
 
 from e2e.rundir import manifest as mf
-from e2e.rundir.store import RunStore, read_jsonl
+from e2e.rundir.store import KERNEL_ROWS, RunStore, read_jsonl
 from kernels_check import paths, report
 from kernels_check.cells import Plan, sweep_cells
 from kernels_check.reference import full_fp32_matmul
-from kernels_check.sweep import (
-    ROWS,
-    TORCH_DTYPE,
-    Ctx,
-    Settings,
-    routing_probes,
-    run_cell,
-    run_fault_group,
-    settings_dict,
-)
+from kernels_check.sweep import TORCH_DTYPE, Ctx, Settings, routing_probes, run_cell, run_fault_group, settings_dict
 
 
 def _versions() -> dict[str, Any]:
@@ -187,7 +178,7 @@ def run(a: argparse.Namespace, plan: Plan) -> int:
             raise
         finally:
             counter.uninstall()
-            rows = read_jsonl(root / ROWS)
+            rows = read_jsonl(root / KERNEL_ROWS)
             bad = [r for r in rows if r.get("status") in ("failed", "misrouted")]
             store.update_manifest(
                 ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

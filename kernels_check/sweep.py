@@ -15,14 +15,13 @@ from typing import Any
 import torch
 
 from e2e.report.tables import num
-from e2e.rundir.store import RunStore
+from e2e.rundir.store import KERNEL_ROWS, RunStore
 from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
 from kernels_check.reference import reference_decode
 
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
-ROWS = "rows.jsonl"
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Ctx:
     log: Any = field(default=sys.stderr)
 
     def emit(self, row: dict[str, Any]) -> None:
-        self.store.append(ROWS, row)
+        self.store.append(KERNEL_ROWS, row)
 
     def say(self, msg: str) -> None:
         print(msg, file=self.log, flush=True)
