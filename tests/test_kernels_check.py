@@ -398,3 +398,18 @@ def test_report_refuses_a_folder_without_rows(tmp_path):
     assert main(["--report", str(tmp_path)]) == 2
     with pytest.raises(UserError):
         report.load_rows(tmp_path)
+
+
+KERNEL_RUNS = sorted(p.parent for p in (ROOT / "results" / "kernels").glob("*/rows.jsonl"))
+
+
+@pytest.mark.parametrize("run", KERNEL_RUNS, ids=[p.name for p in KERNEL_RUNS])
+def test_a_committed_kernels_summary_re_renders_from_its_rows(run, tmp_path):
+    """summary.md and summary.json are what `--report` computes from the committed rows now."""
+    import shutil
+
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    report.write_report(copy)
+    assert (copy / "summary.md").read_text() == (run / "summary.md").read_text()
+    assert json.loads((copy / "summary.json").read_text()) == json.loads((run / "summary.json").read_text())
