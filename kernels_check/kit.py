@@ -49,7 +49,7 @@ def _describe(device: torch.device) -> dict[str, Any]:
 def _fa3_varlen() -> Callable[..., Any]:
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
-    return flash_attn_varlen_func  # type: ignore[no-any-return]
+    return flash_attn_varlen_func
 
 
 def gpu_kit() -> Kit:

@@ -20,6 +20,7 @@ from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
 from kernels_check.kit import Kit
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
+from kernels_check.paths import Vllm
 from kernels_check.reference import reference_decode
 
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -48,7 +49,7 @@ class Ctx:
     log: Any = field(default_factory=lambda: sys.stderr)  # the stderr of the moment, not of the import
 
     @property
-    def v(self) -> paths.Vllm:
+    def v(self) -> Vllm:
         return self.kit.v
 
     @property
