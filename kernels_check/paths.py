@@ -16,7 +16,6 @@ and `context_attention_fwd` (the prefill branch; must stay at zero for pure deco
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -361,52 +360,35 @@ def _not_checked(exc: BaseException) -> str:
     return f"not checked: {type(exc).__name__}: {first}"[:300]
 
 
-def _backend_checks(
-    dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
-) -> dict[str, Callable[[], str]]:
-    def rocm() -> str:
-        from vllm.v1.attention.backends.rocm_attn import RocmAttentionBackend
-        from vllm.v1.attention.ops.paged_attn import PagedAttention
+def _rocm_check(dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device) -> str:
+    from vllm.v1.attention.backends.rocm_attn import RocmAttentionBackend
+    from vllm.v1.attention.ops.paged_attn import PagedAttention
 
-        return rocm_layout(
-            RocmAttentionBackend, PagedAttention.split_kv_cache, dtype, kv_heads, head_size, block_size, device
-        )
+    return rocm_layout(
+        RocmAttentionBackend, PagedAttention.split_kv_cache, dtype, kv_heads, head_size, block_size, device
+    )
 
-    def fa() -> str:
-        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
+def _fa_check(dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device) -> str:
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    if not hasattr(FlashAttentionBackend, "get_kv_cache_shape"):  # before the config, which takes seconds
+        raise AttributeError("FlashAttentionBackend.get_kv_cache_shape does not exist in this vLLM")
+    with vllm_config_context():  # the stride order reads the current config
         return fa_layout(FlashAttentionBackend, dtype, kv_heads, head_size, block_size, device)
-
-    return {"rocm": rocm, "fa": fa}
-
-
-def _has_backend_api() -> bool:
-    """Does this vLLM give a backend's KV cache shape (0.26.0 does; 0.32.0 has KVCacheLayout instead)?"""
-    try:
-        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-    except Exception:
-        return False
-    return hasattr(FlashAttentionBackend, "get_kv_cache_shape")
 
 
 def layout_check(
     dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
 ) -> dict[str, str]:
     """Do our cache views address the cache as vLLM's backends do? Read against vLLM 0.26.0's backend
-    API (get_kv_cache_shape / get_kv_cache_stride_order), inside vLLM's config context; a release
-    without that API (0.32.0 builds layouts from kv_cache_interface.KVCacheLayout) says "not checked"
-    and why, as does any other failure: never a stop."""
-    checks = _backend_checks(dtype, kv_heads, head_size, block_size, device)
-    try:
-        # The config is slow to build (seconds): only where there is something to check.
-        context = vllm_config_context() if _has_backend_api() else contextlib.nullcontext()
-        with context:
-            res = {}
-            for name, check in checks.items():
-                try:
-                    res[name] = check()
-                except Exception as exc:
-                    res[name] = _not_checked(exc)
-    except Exception as exc:  # building or entering the config
-        res = {name: _not_checked(exc) for name in checks}
+    API (get_kv_cache_shape / get_kv_cache_stride_order), FlashAttention's inside vLLM's config
+    context; a release without that API (0.32.0 builds layouts from kv_cache_interface.KVCacheLayout)
+    says "not checked" and why, as does any other failure: never a stop."""
+    res = {}
+    for name, check in (("rocm", _rocm_check), ("fa", _fa_check)):
+        try:
+            res[name] = check(dtype, kv_heads, head_size, block_size, device)
+        except Exception as exc:
+            res[name] = _not_checked(exc)
     return res
