@@ -1,8 +1,9 @@
 """Page dense K/V into vLLM's KV-cache layouts and read them back (pure torch; runs on CPU too).
 
 Layouts, as vLLM 0.26.0 allocates and views them:
-- ROCM_ATTN / chunked_prefill_paged_decode (vllm/v1/attention/ops/paged_attn.py::split_kv_cache):
-  one tensor [2, num_blocks, block * kv_heads * head] viewed as
+- ROCM_ATTN / chunked_prefill_paged_decode: one tensor [2, num_blocks, block, kv_heads, head]
+  (RocmAttentionBackend.get_kv_cache_shape), split by RocmAttentionImpl.forward
+  (vllm/v1/attention/ops/paged_attn.py::split_kv_cache) into
   key_cache [num_blocks, kv_heads, head // x, block, x] (x = 16 // element size) and
   value_cache [num_blocks, kv_heads, head, block].
 - FLASH_ATTN (vllm/v1/attention/backends/flash_attn.py): one tensor stored [num_blocks, block,

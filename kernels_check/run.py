@@ -12,15 +12,16 @@ from typing import Any
 import torch
 
 from e2e.rundir import manifest as mf
-from e2e.rundir.store import RunStore, read_jsonl
+from e2e.rundir.store import KERNEL_ROWS, RunStore, read_jsonl
 from kernels_check import paths, report
 from kernels_check.cells import Plan, sweep_cells
+from kernels_check.kit import Kit, gpu_kit
 from kernels_check.reference import full_fp32_matmul
 from kernels_check.sweep import (
-    ROWS,
     TORCH_DTYPE,
     Ctx,
     Settings,
+    rocm_custom_launches,
     routing_probes,
     run_cell,
     run_fault_group,
@@ -45,25 +46,19 @@ def _versions() -> dict[str, Any]:
     return out
 
 
-def _gpu(device: torch.device) -> dict[str, Any]:
-    p = torch.cuda.get_device_properties(device)
-    return {
-        "name": torch.cuda.get_device_name(device),
-        "capability": list(torch.cuda.get_device_capability(device)),
-        "arch": getattr(p, "gcnArchName", None),
-        "memory_gib": round(p.total_memory / 2**30, 1),
-        "count": torch.cuda.device_count(),
-        **mf.gpu_driver(),
-    }
-
-
-def _available() -> tuple[list[str], str | None, dict[str, dict[str, Any]]]:
+def _available(kit: Kit, plan: Plan) -> tuple[list[str], str | None, dict[str, dict[str, Any]]]:
     """The paths every cell runs, the comparator of Triton, and why each non-Triton path is there or not."""
-    rocm_ok, rocm_why = paths.rocm_custom_available()
-    fa3_ok, fa3_why = paths.fa3_available() if torch.version.hip is None else (False, "ROCm build")
+    registered, rocm_why = kit.rocm_op()
+    rocm_ok = False
+    if registered:  # launch it once before calling it available
+        rocm_ok, rocm_why = rocm_custom_launches(kit, plan["shapes"][0], plan["dtypes"][0])
+    fa3_ok, fa3_why = kit.fa3() if not kit.rocm_build else (False, "ROCm build")
     run_paths = ["triton"] + (["rocm_custom"] if rocm_ok else []) + (["fa3"] if fa3_ok else [])
     comparator = "rocm_custom" if rocm_ok else ("fa3" if fa3_ok else None)
-    why = {"rocm_custom": {"available": rocm_ok, "reason": rocm_why}, "fa3": {"available": fa3_ok, "reason": fa3_why}}
+    why = {
+        "rocm_custom": {"available": rocm_ok, "registered": registered, "reason": rocm_why},
+        "fa3": {"available": fa3_ok, "reason": fa3_why},
+    }
     return run_paths, comparator, why
 
 
@@ -84,15 +79,14 @@ def _manifest(
     plan: Plan,
     run_id: str,
     settings: Settings,
-    v: paths.Vllm,
-    device: torch.device,
+    kit: Kit,
     native: dict[str, bool],
     available: tuple[list[str], str | None, dict[str, dict[str, Any]]],
 ) -> dict[str, Any]:
     shapes, dtypes = plan["shapes"], plan["dtypes"]
     run_paths, comparator, why = available
     layout = paths.layout_check(
-        v, TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size, shapes[0].block_size, device
+        TORCH_DTYPE[dtypes[0]], shapes[0].kv_heads, shapes[0].head_size, shapes[0].block_size, kit.device
     )
     manifest = {
         "schema_version": report.SCHEMA_VERSION,
@@ -115,11 +109,11 @@ def _manifest(
             "faults": not a.no_faults,
         },
         "versions": _versions(),
-        "gpu": _gpu(device),
+        "gpu": kit.describe(),
         "host": mf.host(),
         "git": mf.git_commit(mf.project_root()),
         "environment": mf.relevant_env(),
-        "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode{v.dispatch_signature}",
+        "dispatch": f"{paths.DISPATCH_MODULE}.chunked_prefill_paged_decode{kit.v.dispatch_signature}",
         "native_gate": native,
         **why,
         "paths": run_paths,
@@ -140,7 +134,7 @@ def _sweep(ctx: Ctx, plan: Plan, seed: int, faults: bool) -> None:
         run_cell(ctx, cell)
     if faults:
         ctx.flush = None  # the fault sweep runs untimed: its memory goes to the faulted caches
-        torch.cuda.empty_cache()
+        ctx.kit.empty_cache()
         i = 0
         for d in plan["fault_dtypes"]:
             for s in plan["fault_shapes"]:
@@ -150,10 +144,11 @@ def _sweep(ctx: Ctx, plan: Plan, seed: int, faults: bool) -> None:
     routing_probes(ctx, shapes, dtypes[0], seed, states=(True,))  # last: see routing_probes
 
 
-def run(a: argparse.Namespace, plan: Plan) -> int:
-    v = paths.load_vllm()
+def run(a: argparse.Namespace, plan: Plan, kit: Kit | None = None) -> int:
+    """The run; `kit` is the machine (kit.gpu_kit() when None; tests pass CPU stand-ins)."""
+    kit = kit or gpu_kit()
+    v = kit.v
     paths.patch_mechanism()  # fail now, not after the run folder exists
-    device = torch.device("cuda", torch.cuda.current_device())
     full_fp32_matmul()
     # The gate's own answers, before any patch touches it.
     native = {
@@ -161,21 +156,24 @@ def run(a: argparse.Namespace, plan: Plan) -> int:
         for d in plan["dtypes"]
         for s in plan["shapes"]
     }
-    available = _available()
+    available = _available(kit, plan)
     run_id = a.run_id or time.strftime("%Y%m%d-%H%M%S")
     root = Path(a.out) / run_id
     settings = _settings(a, plan)
     store = RunStore.create(root)
     with store:
-        manifest = _manifest(a, plan, run_id, settings, v, device, native, available)
+        manifest = _manifest(a, plan, run_id, settings, kit, native, available)
         store.write_manifest(manifest)
         counter = paths.OpCounter()
         counter.install(v.dispatch_mod, v.custom_ops)
-        flush = torch.empty(settings.flush_mib * 2**20, dtype=torch.uint8, device=device)
-        ctx = Ctx(v, counter, settings, device, store, available[0], flush)
+        flush = torch.empty(settings.flush_mib * 2**20, dtype=torch.uint8, device=kit.device)
+        ctx = Ctx(kit, counter, settings, store, available[0], flush)
         del flush  # ctx holds the one reference: the fault sweep frees it
         ctx.say(f"run folder: {root}")
         ctx.say(manifest["statement"])
+        rocm = available[2]["rocm_custom"]
+        if rocm["registered"] and not rocm["available"]:  # the op is here but cannot run: say why, once
+            ctx.say(f"ROCm custom kernel: {rocm['reason']}")
         ctx.say(f"layouts: {manifest['layout_check']}")
         t0 = time.monotonic()
         status, bad = "crashed", []
@@ -187,7 +185,7 @@ def run(a: argparse.Namespace, plan: Plan) -> int:
             raise
         finally:
             counter.uninstall()
-            rows = read_jsonl(root / ROWS)
+            rows = read_jsonl(root / KERNEL_ROWS)
             bad = [r for r in rows if r.get("status") in ("failed", "misrouted")]
             store.update_manifest(
                 ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -15,14 +15,15 @@ from typing import Any
 import torch
 
 from e2e.report.tables import num
-from e2e.rundir.store import RunStore
+from e2e.rundir.store import KERNEL_ROWS, RunStore
 from kernels_check import faults, paths, scoring, timing
 from kernels_check.cells import Cell, Shape
+from kernels_check.kit import Kit
 from kernels_check.paging import make_block_table, page_fa, page_rocm, unpage_rocm
+from kernels_check.paths import Vllm
 from kernels_check.reference import reference_decode
 
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
-ROWS = "rows.jsonl"
 
 
 @dataclass
@@ -39,17 +40,24 @@ class Settings:
 
 @dataclass
 class Ctx:
-    v: paths.Vllm
+    kit: Kit
     counter: paths.OpCounter
     settings: Settings
-    device: torch.device
     store: RunStore
     paths: list[str]  # the paths run in every cell, e.g. ["triton", "fa3"]
     flush: torch.Tensor | None = None
-    log: Any = field(default=sys.stderr)
+    log: Any = field(default_factory=lambda: sys.stderr)  # the stderr of the moment, not of the import
+
+    @property
+    def v(self) -> Vllm:
+        return self.kit.v
+
+    @property
+    def device(self) -> torch.device:
+        return self.kit.device
 
     def emit(self, row: dict[str, Any]) -> None:
-        self.store.append(ROWS, row)
+        self.store.append(KERNEL_ROWS, row)
 
     def say(self, msg: str) -> None:
         print(msg, file=self.log, flush=True)
@@ -130,12 +138,12 @@ def run_path(
         row["patches_applied"] = paths.force_gate(ctx.v, path == "rocm_custom", probe)
         launch = paths.dispatch_launch(ctx.v, x, out)
     elif path == "fa3":
-        launch = paths.fa3_launch(x, out)
+        launch = paths.fa3_launch(ctx.kit.fa3_varlen(), x, out)
     else:
         raise ValueError(f"unknown path {path!r}")
     with ctx.counter.delta() as counts:
         launch()
-        torch.cuda.synchronize()
+        ctx.kit.synchronize()
     expected = paths.EXPECTED_COUNTS.get(path, {"triton_2d": 0, "rocm_custom": 0, "prefill": 0})
     row["counts"] = counts
     row["routed_as_expected"] = counts == expected
@@ -143,14 +151,14 @@ def run_path(
     if time_it:
         if ctx.flush is None:
             raise RuntimeError("no L2 flush buffer: timed launches run before the fault sweep frees it")
-        row["time_cold"] = timing.summarize(timing.time_cold(launch, ctx.settings.reps, ctx.flush))
+        row["time_cold"] = timing.summarize(ctx.kit.time_cold(launch, ctx.settings.reps, ctx.flush))
         try:
             row["time_graph"] = timing.summarize(
-                timing.time_graph(launch, ctx.settings.graph_inner, ctx.settings.graph_reps)
+                ctx.kit.time_graph(launch, ctx.settings.graph_inner, ctx.settings.graph_reps)
             )
         except Exception as exc:  # capture can fail for reasons unrelated to the kernel
             row["time_graph"] = {"n": 0, "error": f"{type(exc).__name__}: {exc}"[:300]}
-            torch.cuda.synchronize()
+            ctx.kit.synchronize()
     return row
 
 
@@ -160,9 +168,8 @@ def routing_probes(
 ) -> None:
     """Per shape: the gate forced on, then off, through the dispatch; what was counted. On a
     machine without the ROCm op the forced-on call reaches paged_attention_rocm and raises there:
-    the count still proves the patch steers the dispatch. run.py probes "off" first and "on" last:
-    e2e.plugin.patches (as of this writing) refuses to switch between gate-always-on and -off in one
-    process, so the gate-on probe must not come before the Triton sweep."""
+    the count still proves the patch steers the dispatch. run.py probes "off" first and "on" last
+    (the forced answers replace each other freely: e2e.plugin.patches)."""
     for i, shape in enumerate(shapes):
         seq_lens = [shape.block_size * 8] * 2
         q, k, v = make_dense(shape, dtype, seq_lens, seed + 10_000 + i, ctx.device)
@@ -179,7 +186,7 @@ def routing_probes(
                 try:
                     row["patches_applied"] = paths.force_gate(ctx.v, on, probe)
                     paths.dispatch_launch(ctx.v, x, out)()
-                    torch.cuda.synchronize()
+                    ctx.kit.synchronize()
                     row["raised"] = None
                 except Exception as exc:
                     row["raised"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -190,6 +197,46 @@ def routing_probes(
                 f"routing {shape.name} gate {'on ' if on else 'off'}: {counts}"
                 + (f" (raised {row['raised'][:80]})" if row["raised"] else "")
             )
+
+
+# -- the ROCm custom kernel: registered is not yet available ----------------------------------------
+def rocm_custom_launches(kit: Kit, shape: Shape, dtype: str) -> tuple[bool, str]:
+    """One tiny launch of the ROCm custom kernel through the dispatch (gate forced on, ops counted)
+    before the run calls it available. A vLLM build without code for this GPU (its arch missing from
+    the build's target list) registers the op and fails at launch: here that is one line in the
+    manifest and on the console, and the sweep runs without the path, instead of a failed row per
+    cell. The gate is left forced on; every row forces it again."""
+    seq_lens = [2 * shape.block_size]
+    counter = paths.OpCounter()
+    try:
+        q, k, v = make_dense(shape, dtype, seq_lens, 0, kit.device)
+        bt, nb = make_block_table(seq_lens, shape.block_size, 1, torch.Generator().manual_seed(0))
+        x = build_inputs(shape, q, k, v, seq_lens, bt, nb, 0.0, 0.0, False, kit.device)
+        out = torch.empty_like(q)
+        paths.force_gate(kit.v, True, (TORCH_DTYPE[dtype], shape.head_size, shape.block_size, shape.ratio, seq_lens[0]))
+        counter.install(kit.v.dispatch_mod, kit.v.custom_ops)
+        with counter.delta() as counts:
+            paths.dispatch_launch(kit.v, x, out)()
+            kit.synchronize()
+    except Exception as exc:
+        arch = _arch(kit)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return False, (
+            f"the ROCm custom paged-attention op is registered but one tiny launch ({shape.name}, {dtype}) "
+            f"raised {type(exc).__name__}: {first[:160]} (a vLLM build without code for {arch}?)"
+        )
+    finally:
+        counter.uninstall()
+    if counts != paths.EXPECTED_COUNTS["rocm_custom"]:
+        return False, f"the gate forced on did not reach the ROCm custom op in one tiny launch (ops counted: {counts})"
+    return True, "torch.ops._rocm_C.paged_attention is registered and one tiny launch ran"
+
+
+def _arch(kit: Kit) -> str:
+    try:
+        return str(kit.describe().get("arch") or "this GPU")
+    except Exception:
+        return "this GPU"
 
 
 # -- the timed sweep -----------------------------------------------------------------------------
@@ -223,7 +270,7 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
         for p in ctx.paths:
             ctx.emit({**base, "path": p, "status": "failed", "stage": "setup", **_err(exc)})
         ctx.say(f"cell {cell.cell_id}: setup failed: {type(exc).__name__}: {exc}")
-        torch.cuda.empty_cache()
+        ctx.kit.empty_cache()
         return
     parts = []
     for p in ctx.paths:
@@ -234,7 +281,7 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
         except Exception as exc:
             row = {**base, "path": p, "status": "failed", "stage": "launch", **_err(exc)}
             try:
-                torch.cuda.synchronize()
+                ctx.kit.synchronize()
             except Exception:
                 pass
         ctx.emit(row)
@@ -246,7 +293,7 @@ def run_cell(ctx: Ctx, cell: Cell) -> None:
         )
     ctx.say(f"cell {cell.index:3d} {cell.cell_id}: " + "; ".join(parts) + f" ({time.monotonic() - t0:.1f} s)")
     del x, ref
-    torch.cuda.empty_cache()
+    ctx.kit.empty_cache()
 
 
 # -- the fault sweep -----------------------------------------------------------------------------
@@ -373,7 +420,7 @@ def run_fault_group(ctx: Ctx, dtype: str, shape: Shape, length: int, seed: int) 
     g = FaultGroup(dtype, shape, length, base, q, k, v, ref, seq_lens, bt, nb)
     seen = _tail_faults(ctx, g) + _fault_controls(ctx, g)
     ctx.say(f"faults {gid}: " + " ".join(seen))
-    torch.cuda.empty_cache()
+    ctx.kit.empty_cache()
 
 
 def settings_dict(s: Settings) -> dict[str, Any]:

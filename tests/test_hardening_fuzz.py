@@ -162,6 +162,7 @@ NEEDS_EXTRA = {
     m: "torch"
     for m in (
         "kernels_check.faults",
+        "kernels_check.kit",
         "kernels_check.paging",
         "kernels_check.paths",
         "kernels_check.reference",

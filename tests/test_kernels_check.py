@@ -1,8 +1,9 @@
 """CPU tests of kernels_check: reference, paging, scoring, fault bookkeeping, report, CLI errors.
 
-The GPU part (vLLM's dispatch, FA3, timing) runs in scripts/gpu/kernels_full.sh. Here a small
-cache reader written in torch stands in for a kernel where a test needs a kernel's output: it
-reads through vLLM's ROCm cache layout tile by tile, once with the K/V load mask (as vLLM 0.26.0's
+The GPU part (vLLM's dispatch, FA3, timing) runs in scripts/gpu/kernels_full.sh; the whole run with
+stand-in kernels is tests/test_kernels_check_run.py. Here a small cache reader written in torch
+(tests/support/kernel_standins.read_rocm) stands in for a kernel where a test needs a kernel's output:
+it reads through vLLM's ROCm cache layout tile by tile, once with the K/V load mask (as vLLM 0.26.0's
 kernel_paged_attention_2d does) and once without it (the defect vllm#53856 describes).
 """
 
@@ -21,6 +22,7 @@ from kernels_check import cells, faults, paging, paths, report, scoring
 from kernels_check.cli import main
 from kernels_check.reference import reference_decode
 from tests.support import ROOT
+from tests.support.kernel_standins import read_rocm
 
 
 def dense(seqs, max_len, q_heads, kv_heads, d, dtype=torch.bfloat16, seed=0):
@@ -44,29 +46,6 @@ def naive_f64(q, k, v, seq_lens, scale):
             w = torch.exp(sc - sc.max())
             out[s, h] = (w / w.sum()) @ v[s, : seq_lens[s], g].double()
     return out
-
-
-def cache_reader(q, key_cache, value_cache, block_table, seq_lens, scale, load_mask=True):
-    """Decode from the ROCm-layout cache, whole blocks at a time, like kernel_paged_attention_2d."""
-    seqs, qh, d = q.shape
-    _, kvh, _, bs, _ = key_cache.shape
-    out = torch.empty(seqs, qh, d, dtype=torch.float32)
-    for s in range(seqs):
-        n = seq_lens[s]
-        nb = math.ceil(n / bs)
-        p = block_table[s, :nb].long()
-        kk = key_cache[p].permute(0, 3, 1, 2, 4).reshape(nb * bs, kvh, d).float()
-        vv = value_cache[p].permute(0, 3, 1, 2).reshape(nb * bs, kvh, d).float()
-        if load_mask:
-            kk[n:] = 0.0
-            vv[n:] = 0.0
-        for h in range(qh):
-            g = h // (qh // kvh)
-            sc = (kk[:, g] @ q[s, h].float()) * scale
-            sc = torch.where(torch.arange(nb * bs) < n, sc, -math.inf)  # the score mask
-            w = torch.softmax(sc, dim=0)
-            out[s, h] = w @ vv[:, g]  # 0 * NaN = NaN without the load mask
-    return out.to(q.dtype)
 
 
 # -- reference -----------------------------------------------------------------------------------
@@ -227,13 +206,13 @@ def test_fault_pattern_from_a_reader_without_the_load_mask(value):
             fk, fv = faults.fills(mode, value)
             kc, vc = paging.page_rocm(k, v, [L], bt, n, 16, fk, fv)
             for masked in (True, False):
-                out = cache_reader(q, kc, vc, bt, [L], scale, load_mask=masked)
+                out = read_rocm(q, kc, vc, bt, [L], scale, load_mask=masked)
                 seen[(L, mode, masked)] = scoring.score(out, ref).status
         for which, val in faults.CONTROLS:
             kc, vc = paging.page_rocm(k, v, [L], bt, n, 16)
             faults.inject_written("rocm", kc, vc, bt, 0, L - 1, 0, which, faults.control_vector(which, val, q[0, 0]))
             for masked in (True, False):
-                out = cache_reader(q, kc, vc, bt, [L], scale, load_mask=masked)
+                out = read_rocm(q, kc, vc, bt, [L], scale, load_mask=masked)
                 assert scoring.score(out, ref).faulted, (L, which, val, masked)
     assert all(st == "ok" for (L, mode, masked), st in seen.items() if masked)
     unmasked_bad = {(L, mode) for (L, mode, masked), st in seen.items() if not masked and st != "ok"}
@@ -419,3 +398,18 @@ def test_report_refuses_a_folder_without_rows(tmp_path):
     assert main(["--report", str(tmp_path)]) == 2
     with pytest.raises(UserError):
         report.load_rows(tmp_path)
+
+
+KERNEL_RUNS = sorted(p.parent for p in (ROOT / "results" / "kernels").glob("*/rows.jsonl"))
+
+
+@pytest.mark.parametrize("run", KERNEL_RUNS, ids=[p.name for p in KERNEL_RUNS])
+def test_a_committed_kernels_summary_re_renders_from_its_rows(run, tmp_path):
+    """summary.md and summary.json are what `--report` computes from the committed rows now."""
+    import shutil
+
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    report.write_report(copy)
+    assert (copy / "summary.md").read_text() == (run / "summary.md").read_text()
+    assert json.loads((copy / "summary.json").read_text()) == json.loads((run / "summary.json").read_text())

@@ -6,6 +6,7 @@
         requests.jsonl   one row per timed request (appended and flushed as measured; a voided
                          attempt's rows marked in place, void_rows)
         cells.jsonl      one row per finished cell (ok or failed)
+        rows.jsonl       (a kernels_check run folder: one row per probe, path and fault; kernels_check/)
         logs/<cell>.log  each server's output
         cells/<cell>/    per-cell files written by other parts (routing records)
         .lock            held while a run writes here
@@ -40,8 +41,9 @@ MANIFEST = "manifest.json"
 PLAN = "plan.json"
 REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
+KERNEL_ROWS = "rows.jsonl"  # a kernels_check run folder's rows (kernels_check/sweep.py writes them)
 Row = TypeVar("Row", bound=Mapping[str, Any])  # a request row: RequestRowDict, or a plain dict of one
-KIND = {CELLS: "cells", REQUESTS: "requests"}  # file -> formats kind
+KIND = {CELLS: "cells", REQUESTS: "requests", KERNEL_ROWS: "kernels"}  # file -> formats kind
 MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
 ATTEMPT_DIR = re.compile(r"^(records|gpu)-a(\d+)$")  # cells/<server>/ per attempt: routing records, GPU samples
 
@@ -211,6 +213,8 @@ class RunStore:
     def append(self, name: str, row: Mapping[str, Any]) -> None:
         """Append one row and fsync it: a crash after this returns cannot lose the row. Rows are
         built by formats.cell_row / request_row; a bare dict gets the file kind's version."""
+        if name not in KIND:  # a writer's bug: say which files the store knows, not a bare KeyError
+            raise ValueError(f"RunStore.append: {name!r} is not a row file the store knows ({', '.join(KIND)})")
         row = {"schema_version": formats.VERSIONS[KIND[name]], **row}
         line = (json.dumps(row, default=str) + "\n").encode()
 
