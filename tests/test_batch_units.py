@@ -228,14 +228,15 @@ def test_the_committed_grid_leaves_out_exactly_its_stalled_cells():
 def test_the_32k_grid_skips_what_the_kv_cache_cannot_hold_and_says_why_once():
     """results/h200-load-32k-tp1: 232,800-236,128 tokens of KV (hybrid manager off) hold 4 x 32K, not
     16 or 32. The skipped cells are named once each ("not measured (16 x ...", not the reason's own
-    "not measured:" again) and their points read "insufficient data"; c 1 and 4 are decided."""
+    "not measured:" again) and their points read "not measured (KV cache)", not the "insufficient data"
+    of a point whose rounds a check refused; c 1 and 4 are decided."""
     a = RunAnalysis(ROOT / "results" / "h200-load-32k-tp1")
     skipped = sorted(w.split(":")[0] for w in a.warnings if "KV-cache blocks" in w)
     assert len(skipped) == 12 and all("-c16-" in s or "-c32-" in s for s in skipped)
     assert all(": not measured (16 x" in w or ": not measured (32 x" in w for w in a.warnings if "KV-cache" in w)
     verdict = {(c["arm"], c.get("concurrency", 1)): c["decision"] for c in a.comparisons if c["pass"] is None}
     assert verdict[("rocm-attn", 1)] == verdict[("rocm-attn", 4)] == "slower"
-    assert verdict[("rocm-attn", 16)] == verdict[("widened", 32)] == "insufficient data"
+    assert verdict[("rocm-attn", 16)] == verdict[("widened", 32)] == "not measured (KV cache)"
 
 
 def test_a_cell_whose_server_failed_keeps_its_design_point_in_its_row(tmp_path, standin):

@@ -208,6 +208,12 @@ class RunAnalysis:
         return max(vals) if vals else None
 
     # -- comparisons ------------------------------------------------------------------------
+    def _kv_skipped(self, arm: str, point: Point) -> bool:
+        """Every cell of arm at point was skipped as the runner does it (the server's KV cache cannot
+        hold c requests of that depth: e2e/run/batch.capacity_problem), none failed or refused."""
+        rows = [c for c in self.cell_rows.values() if c.get("arm") == arm and Point.of(c) == point]
+        return bool(rows) and all(c.get("status") == "skipped" for c in rows)
+
     def _comparisons(self) -> list[dict[str, Any]]:
         """Per arm and point: a row per pass (ratio and within-server interval, no decision word),
         then the pooled comparison over passes (each server one replicate), decided with Holm's
@@ -242,6 +248,11 @@ class RunAnalysis:
                     )
                 )
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
+        for h, c in pooled:  # no estimate because the KV cache could not hold the point: said so
+            if c.decision == verdicts.NODATA and (
+                self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
+            ):
+                c.decision = verdicts.NOT_MEASURED_KV
         self.correction = verdicts.decide_family([c for _, c in pooled], self.alpha, "holm")
         self._plan_family(pooled)
         out = []

@@ -22,7 +22,7 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]
     target = f.get("target_mde_pct")
     md += [
-        f"{outcomes.rule_text()} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+        f"{outcomes.rule_text(c['decision'] for c in pooled)} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
         f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
         "",
     ]

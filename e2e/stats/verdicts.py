@@ -37,7 +37,8 @@ from e2e.stats.point import Point
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
 INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient data"
-VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA)
+NOT_MEASURED_KV = "not measured (KV cache)"  # a point the server's KV cache cannot hold: skipped, not refused
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, NOT_MEASURED_KV)
 BETWEEN, WITHIN, WITHIN_ONE = "between-server", "within-server", "within-server (one server)"
 METHODS = ("holm", "bonferroni", "none")
 
