@@ -197,6 +197,11 @@ def test_a_round_the_server_held_past_its_decode_is_refused_and_says_to_lengthen
     assert "held the answers 362 ms past TTFT + decode (18.1 steps)" in why and "short_tokens" in why
     assert round_problem(_timed(64, 0.011), 4, 64, 256, 128) is not None  # 0.55 step, at either length
     assert stall.stall_problem({"server_decode_s": 0.1}, 8) is None  # nothing to judge without e2e/TTFT
+    # batch 1 on the primed route (a grid's c = 1 column): not checked, as the reader does not check it
+    assert round_problem(_timed(8, 0.362, c=1), 1, 8, 256, 128) is None
+    assert stalls.refuse_stalled({"x": [dict(_timed(8, 0.362, c=1))]}, (64, 8))[2] == []
+    # the bias the line allows, for a run's own lengths: 64 vs 32 comes close to a 2 % min effect
+    assert [round(stall.bias_bound_pct(*n), 2) for n in ((64, 8), (128, 32), (64, 32))] == [0.89, 0.52, 1.56]
 
 
 def test_rows_measured_before_the_stall_check_are_refused_when_read_and_a_cell_left_without_a_length_is_out():

@@ -114,7 +114,7 @@ def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | 
         return f"{s['steps']:.0f} engine steps for {n} tokens: the {c} requests did not decode together"
     if s.get("preemptions"):
         return f"{s['preemptions']:.0f} preemption(s) during the round"
-    if stalled := stall.stall_problem(row, n):
+    if c > 1 and (stalled := stall.stall_problem(row, n)):  # at c > 1, as the reader applies it (analysis/stalls.py)
         return stalled
     if block is not None and s.get("prefix_hits") is not None:
         need = c * cached_tokens(depth, block)
