@@ -52,7 +52,9 @@ class RunAnalysis:
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in counted_requests(list(self.cell_rows.values()), requests):
             by_cell[r["cell_id"]].append(r)
-        kept, stalled, stall_notes = stalls.refuse_stalled(dict(by_cell), (self.n_long, self.n_short))
+        kept, stalled, stall_notes = stalls.refuse_stalled(
+            dict(by_cell), (self.n_long, self.n_short), self.min_effect_pct
+        )
         by_cell = defaultdict(list, kept)
         self.warnings.extend(stall_notes)
         self.requests_of = kept  # cell id -> its counted request rows
