@@ -255,6 +255,7 @@ class RunAnalysis:
                 self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
             ):
                 c.decision = verdicts.NOT_MEASURED_KV
+                c.warnings = []  # each skipped cell's reason is in the run's warnings, once
         self.correction = verdicts.decide_family([c for _, c in pooled], self.alpha, "holm")
         self._plan_family(pooled)
         out = []

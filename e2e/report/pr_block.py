@@ -61,7 +61,7 @@ def verdicts(s: dict[str, Any], run_dir: Path, figure_base: str | None = None) -
     f, pooled = s["run"], [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if not pooled:
         return ["One arm only: nothing to compare.", ""]
-    servers = sorted({f"{c['n_arm']} + {c['n_ref']}" for c in pooled})
+    servers = sorted({f"{c['n_arm']} + {c['n_ref']}" for c in pooled if c.get("ratio") is not None} or {"no"})
     md = [
         f"Decode ms per token, each arm / `{f['reference_arm']}` at each context depth, on "
         f"{' or '.join(servers)} servers (arm + reference; a server is one replicate), alpha {f['alpha']:g} "
