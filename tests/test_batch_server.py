@@ -54,7 +54,9 @@ def test_primed_rounds_decode_together_and_rounds_that_did_not_are_flagged(smoll
         client = BatchClient(server.base_url, server.api_key, 300, 4)
         try:
             assert client.capacity_problem(DEPTH, 64) is None
-            res = measure_batch_cell(client, DEPTH, cfg.workload, sampler, emit=lambda r: None, phase=lambda p: None)
+            res = measure_batch_cell(
+                client, DEPTH, cfg.workload, sampler, emit=lambda r: None, phase=lambda p: None, min_effect_pct=2.0
+            )
             block = client.kv["block_size"]
             assert res.warmup_valid and [r["n_tokens"] for r in res.rows] == [64, 8, 8, 64]
             for r in res.rows:
@@ -67,7 +69,7 @@ def test_primed_rounds_decode_together_and_rounds_that_did_not_are_flagged(smoll
                 assert r["t_client_s"] >= max(q["t_client_s"] for q in r["requests"]) - 1e-6
             # Fresh prompts: the cache serves nothing of them; the round is not counted.
             fresh = client.round([sampler.prompt(DEPTH) for _ in range(4)], 8, DEPTH)
-            why = round_problem(fresh, 4, 8, DEPTH, block)
+            why = round_problem(fresh, 4, 8, DEPTH, block, 0.5)
             assert why is not None and "prefilled again" in why, fresh["server"]
         finally:
             client.close()
@@ -77,7 +79,7 @@ def test_primed_rounds_decode_together_and_rounds_that_did_not_are_flagged(smoll
             prompts = [sampler.prompt(DEPTH) for _ in range(8)]
             over.send(prompts, 1)  # primed, so only the overlap can fail
             row = over.round(prompts, 8, DEPTH)
-            why = round_problem(row, 8, 8, DEPTH, over.kv["block_size"])
+            why = round_problem(row, 8, 8, DEPTH, over.kv["block_size"], 0.5)
             assert why is not None and "did not decode together" in why, row["server"]
             assert row["server"]["steps"] >= 2 * 8, row["server"]
         finally:

@@ -23,7 +23,8 @@ def written(tmp_path_factory):
 
 def test_a_point_several_runs_measured_is_drawn_from_the_last_run_named(written):
     rows = json.loads((written / grid.GRID_JSON).read_text())["rows"]
-    drawn = {(r["arm"], r["depth"], r["concurrency"] or 1): r["run"] for r in rows if r["drawn"]}
+    assert all(isinstance(r["concurrency"], int) for r in rows)  # 1 at batch 1, never null
+    drawn = {(r["arm"], r["depth"], r["concurrency"]): r["run"] for r in rows if r["drawn"]}
     # 8K x 4: both the first grid and the re-timing have a ratio; the re-timing (named later) is drawn
     assert drawn[("rocm-attn", 8192, 4)] == "h200-load-8k-tp1"
     assert drawn[("rocm-attn", 8192, 16)] == "h200-load-8k-tp1"  # the first grid has none there (stall)
@@ -74,3 +75,31 @@ def test_an_out_that_cannot_be_a_folder_is_one_line_for_grid_and_history(tmp_pat
     assert err == [f"error: --out {a_file}: cannot write there (File exists)"] + [
         f"error: --out {a_file / 'sub'}: cannot write there (Not a directory)"
     ]
+
+
+def test_the_drawn_points_are_one_holm_family_across_the_runs(written):
+    """The runs' unadjusted p's of the drawn points, Holm-adjusted together: the grid's MDE is taken at
+    alpha / 12 (12 drawn points with a test), wider than each run's own at alpha / 6 or / 8, and every
+    grid verdict is what the rule gives on the joint adjusted p's."""
+    from e2e.stats import verdicts
+
+    doc = json.loads((written / grid.GRID_JSON).read_text())
+    assert "Holm step-down over the 12 drawn points" in doc["family"]
+    rows = doc["rows"]
+    drawn = [r for r in rows if r["drawn"]]
+    assert all(r["grid_mde_pct"] >= r["mde_pct"] - 1e-9 for r in drawn)
+    assert any(r["grid_mde_pct"] > r["mde_pct"] * 1.1 for r in drawn)  # the joint family costs power
+    full = {
+        (r["run"], r["arm"], r["depth"], r.get("concurrency") or 1): r
+        for r in grid.pick([(n, grid._summary(ROOT / "results" / n)) for n in RUNS])
+    }
+    tested = [full[(r["run"], r["arm"], r["depth"], r["concurrency"])] for r in drawn]
+    p_adj = verdicts.adjust([r["p_value"] for r in tested])
+    e_adj = verdicts.adjust([r["p_equiv"] for r in tested])
+    for r, pa, pe, shown in zip(tested, p_adj, e_adj, drawn):
+        assert shown["grid_decision"] == verdicts.decide(r["ratio"], pa, pe, 0.05, 2.0)
+    # a point no run could measure keeps its word in the grid column: the KV cache, not a refusal
+    at_32k_16 = [r for r in rows if (r["depth"], r["concurrency"]) == (32768, 16)]
+    assert at_32k_16 and all(r["grid_decision"] == "not measured (KV cache)" for r in at_32k_16)
+    stalled = [r for r in rows if (r["run"], r["depth"], r["concurrency"]) == ("h200-load-tp1", 8192, 16)]
+    assert stalled[0]["decision"] == "insufficient data" and stalled[0]["grid_decision"] is None  # superseded

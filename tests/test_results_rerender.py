@@ -1,11 +1,10 @@
 """Every committed summary.json is what `run_e2e.py report` computes from its run folder now (floats to
-1e-3 relative, see REL), on a clean clone: nothing outside the run folder is read (the git-ignored
+1e-3 relative, e2e/report/rerender.py), on a clean clone: nothing outside the run folder is read (the git-ignored
 assets/ least of all), so the committed reports say what their rows say on every machine."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from e2e.analysis.run_analysis import RunAnalysis
-from e2e.report import report_md
+from e2e.report import report_md, rerender
 from e2e.report import summary as sm
 from e2e.report.write import gsm8k_summaries
 from tests.support import ROOT, results_index
@@ -31,26 +30,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)  # cannot be removed: it records only while _opened is a list
 
 
-# The REML search (e2e/stats/variance_model.py) stops once a step moves the components by under 1e-6
-# of the variance scale, so a component small beside that scale is fixed only to ~1e-4 of itself, and a
-# numpy/scipy release moves where the search stops (measured: up to 6e-5 relative, 2026-12-04). Floats
-# are compared to 1e-3 relative; verdicts, counts, warnings and every other value exactly.
-REL = 1e-3
-
-
-def _differs(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two summaries differ, beyond REL for floats."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
-        return [d for k in a for d in _differs(a[k], b[k], f"{path}/{k}")]
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} against {len(b)} items"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differs(x, y, f"{path}[{i}]")]
-    if isinstance(a, float) and isinstance(b, float):
-        return [] if math.isclose(a, b, rel_tol=REL, abs_tol=1e-12) else [f"{path}: {a!r} against {b!r}"]
-    return [] if type(a) is type(b) and a == b else [f"{path}: {a!r} against {b!r}"]
+_differs = rerender.differs  # the one comparison, e2e/report/rerender.py
 
 
 def test_the_comparison_tolerates_float_noise_only():

@@ -52,7 +52,9 @@ class RunAnalysis:
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in counted_requests(list(self.cell_rows.values()), requests):
             by_cell[r["cell_id"]].append(r)
-        kept, stalled, stall_notes = stalls.refuse_stalled(dict(by_cell), (self.n_long, self.n_short))
+        kept, stalled, stall_notes = stalls.refuse_stalled(
+            dict(by_cell), (self.n_long, self.n_short), self.min_effect_pct
+        )
         by_cell = defaultdict(list, kept)
         self.warnings.extend(stall_notes)
         self.requests_of = kept  # cell id -> its counted request rows
@@ -208,6 +210,12 @@ class RunAnalysis:
         return max(vals) if vals else None
 
     # -- comparisons ------------------------------------------------------------------------
+    def _kv_skipped(self, arm: str, point: Point) -> bool:
+        """Every cell of arm at point was skipped as the runner does it (the server's KV cache cannot
+        hold c requests of that depth: e2e/run/batch.capacity_problem), none failed or refused."""
+        rows = [c for c in self.cell_rows.values() if c.get("arm") == arm and Point.of(c) == point]
+        return bool(rows) and all(c.get("status") == "skipped" for c in rows)
+
     def _comparisons(self) -> list[dict[str, Any]]:
         """Per arm and point: a row per pass (ratio and within-server interval, no decision word),
         then the pooled comparison over passes (each server one replicate), decided with Holm's
@@ -242,6 +250,12 @@ class RunAnalysis:
                     )
                 )
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
+        for h, c in pooled:  # no estimate because the KV cache could not hold the point: said so
+            if c.decision == verdicts.NODATA and (
+                self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
+            ):
+                c.decision = verdicts.NOT_MEASURED_KV
+                c.warnings = []  # each skipped cell's reason is in the run's warnings, once
         self.correction = verdicts.decide_family([c for _, c in pooled], self.alpha, "holm")
         self._plan_family(pooled)
         # an arm whose patch changed nothing at a point: its verdict is inert, whatever the numbers say

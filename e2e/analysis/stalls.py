@@ -13,15 +13,19 @@ from e2e.stats.point import Point
 
 
 def refuse_stalled(
-    by_cell: dict[str, list[dict[str, Any]]], lengths: tuple[int, int]
+    by_cell: dict[str, list[dict[str, Any]]], lengths: tuple[int, int], min_effect_pct: float
 ) -> tuple[dict[str, list[dict[str, Any]]], set[str], list[str]]:
-    """The counted rows without the stalled rounds, the cells left with no round of one of `lengths`
-    (they give no estimate), and one warning per cell that lost any."""
+    """The counted rows without the stalled rounds (over the line of the run's lengths and min effect),
+    the cells left with no round of one of `lengths` (they give no estimate), and one warning per cell
+    that lost any."""
+    line = stall.line_steps(*lengths, min_effect_pct)
     kept: dict[str, list[dict[str, Any]]] = {}
     unusable: set[str] = set()
     warnings = []
     for cid, rows in by_cell.items():
-        bad = [i for i, r in enumerate(rows) if Point.of(r).concurrency > 1 and stall.stall_problem(r, r["n_tokens"])]
+        bad = [
+            i for i, r in enumerate(rows) if Point.of(r).concurrency > 1 and stall.stall_problem(r, r["n_tokens"], line)
+        ]
         if not bad:
             kept[cid] = rows
             continue

@@ -24,6 +24,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="print only a Markdown block for a vLLM pull request: arms, verdicts, figure, routing, "
         "sign-off, commands and versions",
     )
+    p.add_argument(
+        "--figure-base",
+        metavar="URL",
+        help="with --pr: the URL this checkout's files lie under once committed (e.g. "
+        "https://raw.githubusercontent.com/OWNER/REPO/COMMIT), so the figure renders in the pull request; "
+        "without it the block names the figure's path",
+    )
 
 
 def main(a: argparse.Namespace) -> int:
@@ -38,7 +45,7 @@ def main(a: argparse.Namespace) -> int:
     except OSError as exc:  # a single report file that cannot be replaced
         raise UserError(f"report: cannot write {exc.filename}: {exc.strerror}") from None
     if a.pr:
-        print(pr_markdown(done.summary, done.manifest, root))
+        print(pr_markdown(done.summary, done.manifest, root, a.figure_base))
         return 0
     console = make_console()
     say_tables(console, done.summary, cells=False)

@@ -5,14 +5,17 @@ three runs (1K and 8K; 8K again with a longer short request; 32K with a third ar
 verdicts in one table per c and one figure (the run report's grid figure, e2e/report/figures.py), so
 how each arm's ratio moves with batch and depth is seen across all of them.
 
-Nothing is pooled across runs: each point shows one run's comparison with that run's own interval,
-verdict and family-wise control (Holm over that run's grid only). A point several runs measured takes
-the LAST run named on the command line that has a ratio there (name the runs oldest first: a re-timing
-then wins), and the table lists every run's value, the one drawn marked. The runs must share the
-reference arm and the minimum effect (one margin on the figure); every other difference in what they
-ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden.
+Nothing is pooled across runs: each point shows one run's comparison with that run's own interval. A
+point several runs measured takes the LAST run named on the command line that has a ratio there (name
+the runs oldest first: a re-timing then wins), and the table lists every run's value, the one drawn
+marked. The drawn points are ONE family: their p-values (each run's own, before its correction) are
+Holm-adjusted together and re-decided, and their MDEs taken at the joint family's strictest step
+(alpha / m over every drawn tested point), so the grid controls the family-wise error of everything it
+shows; each run's own verdict (Holm within that run) is listed beside it. The runs must share the
+reference arm, alpha and the minimum effect (one margin on the figure); every other difference in what
+they ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden.
 
-Exit status: 0 written, 2 bad input. It decides nothing itself: the verdicts are the runs'.
+Exit status: 0 written, 2 bad input.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from e2e.report import summary as sm
 from e2e.report.progress import make_console, say
 from e2e.rundir.store import write_json_atomic
 from e2e.safety.safe_io import output_folder, write_atomic
+from e2e.stats import outcomes, planning, verdicts
 from e2e.stats.point import Point
 
 GRID_MD, GRID_JSON = "grid.md", "grid.json"
@@ -80,10 +84,33 @@ def pick(summaries: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     return rows
 
 
+def joint_family(rows: list[dict[str, Any]], alpha: float) -> str:
+    """The drawn rows as one Holm family (verdicts.decide_family's rule on the runs' unadjusted p's):
+    each gets grid_decision and grid_mde_pct; a drawn row without a test, or a row at a point with none
+    drawn, keeps its run's word; a row another run's supersedes gets None. Returns the line saying what was done."""
+    tested = [r for r in rows if r["drawn"] and r.get("decision") is not None and r.get("p_value") is not None]
+    equiv = [r for r in tested if r.get("p_equiv") is not None]
+    p_adj = dict(zip(map(id, tested), verdicts.adjust([r["p_value"] for r in tested], "holm")))
+    e_adj = dict(zip(map(id, equiv), verdicts.adjust([r["p_equiv"] for r in equiv], "holm")))
+    step = verdicts.family_step(len(tested), alpha, "holm")
+    drawn = {(r["arm"], Point.of(r)) for r in rows if r["drawn"]}
+    for r in rows:  # a point no run has a ratio at keeps each run's word (not measured (KV cache), say)
+        shown = r["drawn"] or (r["arm"], Point.of(r)) not in drawn
+        r["grid_decision"], r["grid_mde_pct"] = (r.get("decision"), r.get("mde_pct")) if shown else (None, None)
+    for r in tested:
+        r["grid_decision"] = verdicts.decide(r["ratio"], p_adj[id(r)], e_adj.get(id(r)), alpha, r["min_effect_pct"])
+        se, df = r.get("se_log"), r.get("df")
+        r["grid_mde_pct"] = planning.mde_pct(se, df, step, r["min_effect_pct"]) if se and df is not None else None
+    return (
+        f"Holm step-down over the {len(tested)} drawn points with a test, across the runs, at family-wise alpha "
+        f"{alpha:g} (step alpha / {len(tested)} = {step:.2g}), separately for the difference and the equivalence tests"
+    )
+
+
 def _check(summaries: list[tuple[str, dict[str, Any]]]) -> None:
     first_name, first = summaries[0]
     for name, s in summaries[1:]:
-        for key, what in (("reference_arm", "reference arm"), ("min_effect_pct", "minimum effect")):
+        for key, what in (("reference_arm", "reference arm"), ("min_effect_pct", "minimum effect"), ("alpha", "alpha")):
             if s["run"][key] != first["run"][key]:
                 raise UserError(
                     f"{name}: its {what} is {s['run'][key]!r}, {first_name}'s {first['run'][key]!r}: one grid "
@@ -98,15 +125,17 @@ def _cell(r: dict[str, Any]) -> str:
     return f"{r['ratio']:.3f}" + (f" ({lo:.3f} to {hi:.3f})" if lo is not None and hi is not None else "")
 
 
-def markdown(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> str:
+def markdown(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]], family: str) -> str:
     ref, margin = summaries[0][1]["run"]["reference_arm"], summaries[0][1]["run"]["min_effect_pct"]
+    words = outcomes.rule_text(r.get(k) for r in rows for k in ("decision", "grid_decision"))
     out = [
         "# Load grid across runs",
         "",
         f"Each arm against `{ref}`, per design point, from the runs below (`run_e2e.py grid`). Each row is one run's "
-        "comparison with that run's own interval and verdict (Holm within that run's grid only: the runs are "
-        f"not one family); **drawn** marks the one the figure shows (the last run named with a ratio there). "
-        f"Minimum effect {margin:g} %.",
+        f"comparison with that run's own interval; **drawn** marks the one the figure shows (the last run named "
+        f"with a ratio there). The drawn points are one family: **grid verdict** and **grid MDE %** are theirs "
+        f"({family}); **run verdict** and **run MDE %** are each run's own (Holm within that run's grid only). "
+        f"Minimum effect {margin:g} %. {words}",
         "",
         "| run | " + " | ".join(LISTED) + " | server flags |",
         "|---|" + "---|" * len(LISTED) + "---|",
@@ -119,19 +148,24 @@ def markdown(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, A
             "",
             f"## c = {c}",
             "",
-            "| arm / ref | depth | run | servers | ratio (95 % CI) | MDE % | verdict | drawn |",
-            "|---|---|---|---|---|---|---|---|",
+            "| arm / ref | depth | run | servers | ratio (95 % CI) | run MDE % | run verdict | grid MDE % "
+            "| grid verdict | drawn |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         at_c = [r for r in rows if Point.of(r).concurrency == c]
         for r in sorted(at_c, key=lambda r: (r["arm"], r["depth"], r["run"])):
-            mde = f"{r['mde_pct']:.1f}" if r.get("mde_pct") is not None else "-"
             out.append(
                 f"| {r['arm']} / {r['reference']} | {figures.depth_label(r['depth'])} | `{r['run']}` | "
-                f"{r['n_ref']} + {r['n_arm']} | {_cell(r)} | {mde} | {r['decision'] or '-'} | "
+                f"{r['n_ref']} + {r['n_arm']} | {_cell(r)} | {_pct(r.get('mde_pct'))} | {r['decision'] or '-'} | "
+                f"{_pct(r.get('grid_mde_pct'))} | {r.get('grid_decision') or '-'} | "
                 f"{'**drawn**' if r['drawn'] else ''} |"
             )
     out += ["", f"![the grid]({figures.RATIO}) {figures.grid_caption(_figure_summary(summaries, rows))}", ""]
     return "\n".join(out)
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "-"
 
 
 def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -139,7 +173,7 @@ def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict
     run = summaries[0][1]["run"]
     return {
         "run": {"min_effect_pct": run["min_effect_pct"], "reference_arm": run["reference_arm"]},
-        "comparisons": [r for r in rows if r["drawn"]],
+        "comparisons": [{**r, "decision": r.get("grid_decision")} for r in rows if r["drawn"]],  # the joint word
     }
 
 
@@ -153,16 +187,28 @@ def grid_main(args: argparse.Namespace) -> int:
     rows = pick(summaries)
     if not any(r["drawn"] for r in rows):
         raise UserError("no run has a comparison with a ratio: nothing to draw")
+    family = joint_family(rows, summaries[0][1]["run"]["alpha"])
     out = output_folder(args.out, "--out")
     figures.ratio_grid(_figure_summary(summaries, rows), out / figures.RATIO)
-    write_atomic(out / GRID_MD, markdown(summaries, rows))
-    keep = ("arm", "reference", "depth", "concurrency", "ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "decision")
+    write_atomic(out / GRID_MD, markdown(summaries, rows, family))
+    keep = ("arm", "reference", "depth", "ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "decision")
     write_json_atomic(
         out / GRID_JSON,
         {
             "kind": "e2e-grid",
             "runs": names,
-            "rows": [{**{k: r.get(k) for k in keep}, "run": r["run"], "drawn": r["drawn"]} for r in rows],
+            "family": family,
+            "rows": [
+                {
+                    **{k: r.get(k) for k in keep},
+                    "concurrency": Point.of(r).concurrency,  # 1 at batch 1 (a run's row leaves it out)
+                    "grid_mde_pct": r["grid_mde_pct"],
+                    "grid_decision": r["grid_decision"],
+                    "run": r["run"],
+                    "drawn": r["drawn"],
+                }
+                for r in rows
+            ],
         },
     )
     say(console, f"wrote {out / GRID_MD}, {GRID_JSON} and {figures.RATIO} ({sum(r['drawn'] for r in rows)} points)")

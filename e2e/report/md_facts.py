@@ -72,14 +72,12 @@ def facts(s: dict[str, Any]) -> list[str]:
     if latency(s):
         rows += _latency_facts(s)
     rows += [
-        [
-            "run status",
-            f"{f['status']} ({f['started']} to {f['ended']})"
-            + (f"; {f['status_note']}" if f.get("status_note") else ""),
-        ],
+        ["run status", f"{f['status']} ({run_span(f)})" + (f"; {f['status_note']}" if f.get("status_note") else "")],
         [
             "exit status",
-            "not recorded (the run predates it)"
+            "none: the harness died before it could exit (`run --resume` finishes the run)"
+            if f.get("exit_status") is None and f.get("status") == "harness-died"
+            else "not recorded (the run predates it)"
             if f.get("exit_status") is None
             else f"{f['exit_status']}: {MEANING.get(f['exit_status'], '?')}",
         ],
@@ -189,3 +187,8 @@ def _replication(r: dict[str, Any] | None, passes: int) -> str:
         f"{num(al.get('predicted_gpu_minutes'), '{:.1f}')} GPU-min); achieved widest +-"
         f"{num(got, '{:.2f}')} % (" + ("target met" if r.get("target_met") else "**target not met**") + ")"
     )
+
+
+def run_span(f: dict[str, Any]) -> str:
+    """When the run ran: start to end, or its start alone where no end was recorded (the harness died)."""
+    return f"{f['started']} to {f['ended']}" if f.get("ended") else f"started {f['started']}, no end recorded"

@@ -23,9 +23,8 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         return md + ["Only one arm: nothing to compare (and no ratio figure).", ""]
     target = f.get("target_mde_pct")
     inert = [c for c in pooled if c.get("decision") == INERT]
-    words = (*outcomes.RULE_WORDS, INERT) if inert else outcomes.RULE_WORDS
     md += [
-        f"{outcomes.rule_text(words)} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
+        f"{outcomes.rule_text(c['decision'] for c in pooled)} Alpha {f['alpha']:g}, min effect {f['min_effect_pct']:g} %. Correction: "
         f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
         "",
     ]

@@ -1,6 +1,7 @@
 """`report --pr RUN`: the run as a block of Markdown to paste into a vLLM pull request, from its
 summary (summary.json) and its manifest: what each arm changes, the verdict table with intervals and
-MDE, the figure (a link relative to the run folder), the attention path each arm ran (routing), the
+MDE, the figure (an image link from --figure-base, the URL the committed folder lies under, else its
+path and a note: a relative image does not render in a pull request), the attention path each arm ran (routing), the
 gsm8k sign-off when there is one, and the exact commands and versions. A run whose code cannot be
 identified says so in one line at the top; one that can says which code in its versions."""
 
@@ -13,7 +14,9 @@ from typing import Any
 from e2e.report import figures
 from e2e.report import summary as sm
 from e2e.report.gsm8k_tables import GSM8K_COMPARISONS
+from e2e.report.md_facts import run_span
 from e2e.report.tables import markdown, render_markdown
+from e2e.rundir import manifest as mf
 from e2e.stats import outcomes
 from e2e.stats.point import Point
 
@@ -54,15 +57,15 @@ def arms_table(s: dict[str, Any], manifest: dict[str, Any]) -> str:
     return markdown(["arm", "what", "patches", "`vllm serve` args", "env (names)", "interpreter"], rows)
 
 
-def verdicts(s: dict[str, Any], run_dir: Path) -> list[str]:
+def verdicts(s: dict[str, Any], run_dir: Path, figure_base: str | None = None) -> list[str]:
     f, pooled = s["run"], [c for c in s["comparisons"] if c["scope"] == "pooled"]
     if not pooled:
         return ["One arm only: nothing to compare.", ""]
-    servers = sorted({f"{c['n_arm']} + {c['n_ref']}" for c in pooled})
+    servers = sorted({f"{c['n_arm']} + {c['n_ref']}" for c in pooled if c.get("ratio") is not None} or {"no"})
     md = [
         f"Decode ms per token, each arm / `{f['reference_arm']}` at each context depth, on "
         f"{' or '.join(servers)} servers (arm + reference; a server is one replicate), alpha {f['alpha']:g} "
-        f"family-wise (Holm), min effect {f['min_effect_pct']:g} %. {outcomes.rule_text()}",
+        f"family-wise (Holm), min effect {f['min_effect_pct']:g} %. {outcomes.rule_text(c['decision'] for c in pooled)}",
         "",
         render_markdown(sm.COMPARISONS, pooled, "console"),
         "",
@@ -71,8 +74,25 @@ def verdicts(s: dict[str, Any], run_dir: Path) -> list[str]:
     md += notes + ([""] if notes else [])
     shown = [x for x in (figures.RATIO, figures.DECODE) if x in figures.drawn(s)]
     if shown:
-        md += [f"![{shown[0]}]({shown[0]}) (in `{run_dir}/`)", ""]
+        md += [figure_line(run_dir / shown[0], figure_base), ""]
     return md
+
+
+def figure_line(path: Path, base: str | None) -> str:
+    """The figure as a pull request renders it: an image at base + its path in this checkout (a
+    relative link is a broken image there); without a base, or outside the checkout, its path and how
+    to link or attach it."""
+    try:
+        rel: Path | None = path.resolve().relative_to(mf.project_root())
+    except ValueError:
+        rel = None
+    if base and rel is not None:
+        return f"![{path.name}]({base.rstrip('/')}/{rel.as_posix()})"
+    return (
+        f"Figure: `{path}` (not linked: a pull request shows no relative image; attach the file, or give "
+        "`report --pr --figure-base URL` the URL this checkout's files lie under, "
+        "e.g. https://raw.githubusercontent.com/OWNER/REPO/COMMIT)"
+    )
 
 
 def routing(s: dict[str, Any]) -> list[str]:
@@ -117,7 +137,7 @@ def how_it_ran(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> li
         f"a cell, server mode {f['server_mode']}; estimator {f['estimator']} ({f['estimator_definition']})",
         f"- harness code: {f['code']['line'] if f['code']['identified'] else 'not identified (above)'}; config "
         f"`{(manifest.get('config') or {}).get('name')}` (resolved in the run's `manifest.json`)",
-        f"- run {f['started']} to {f['ended']}, status {f['status']}",
+        f"- run {run_span(f)}, status {f['status']}",
         "",
         "<details><summary>Exact commands</summary>",
         "",
@@ -138,15 +158,16 @@ def how_it_ran(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> li
     return md
 
 
-def pr_markdown(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> str:
-    """The block (see the module docstring); run_dir as the reader named it, for the commands."""
+def pr_markdown(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path, figure_base: str | None = None) -> str:
+    """The block (see the module docstring); run_dir as the reader named it, for the commands and the
+    figure's path in the repository; figure_base: the URL that path lies under (None: not linked)."""
     f = s["run"]
     others = [a for a in f["arms"] if a != f["reference_arm"]]
     md = [f"## Decode latency: {', '.join(f'`{a}`' for a in others) or 'one arm'} against `{f['reference_arm']}`", ""]
     if not f["code"]["identified"]:
         md += [f"Harness code: {f['code']['line']}.", ""]  # not identified: said once, in one line
     md += ["### What each arm changes", "", arms_table(s, manifest), "", "### Verdicts", ""]
-    md += verdicts(s, run_dir)
+    md += verdicts(s, run_dir, figure_base)
     md += ["### Attention path (recorded inside vLLM)", ""] + routing(s)
     md += signoff(s)
     md += how_it_ran(s, manifest, run_dir)

@@ -102,8 +102,8 @@ EVICTED_HINT = (
 )
 
 
-def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | None) -> str | None:
-    """Why a round at concurrency c does not count, or None."""
+def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | None, stall_line: float) -> str | None:
+    """Why a round at concurrency c does not count, or None (stall_line: e2e/stats/stall.line_steps)."""
     bad = [r for r in row["requests"] if r["invalid_reason"]]
     if bad:
         return f"{len(bad)} of {c} request(s): {bad[0]['invalid_reason']}"
@@ -114,7 +114,9 @@ def round_problem(row: dict[str, Any], c: int, n: int, depth: int, block: int | 
         return f"{s['steps']:.0f} engine steps for {n} tokens: the {c} requests did not decode together"
     if s.get("preemptions"):
         return f"{s['preemptions']:.0f} preemption(s) during the round"
-    if stalled := stall.stall_problem(row, n):
+    if c > 1 and (
+        stalled := stall.stall_problem(row, n, stall_line)
+    ):  # at c > 1, as the reader applies it (analysis/stalls.py)
         return stalled
     if block is not None and s.get("prefix_hits") is not None:
         need = c * cached_tokens(depth, block)
@@ -272,10 +274,14 @@ def measure_batch_cell(
     phase: Callable[[str], None],
     stop_rule: Callable[[list[dict[str, Any]]], bool] | None = None,
     between_rounds: Callable[[int], None] | None = None,
+    *,
+    min_effect_pct: float,
 ) -> CellResult:
     """measure_cell's contract at concurrency client.c: prime the cell's c prompts, warm, then time
-    rounds (one row per round and length). `between_rounds(k)` as in measure_cell."""
+    rounds (one row per round and length). `between_rounds(k)` as in measure_cell; min_effect_pct: the
+    run's, for the stall check's line (e2e/stats/stall.py)."""
     c = client.c
+    line = stall.line_steps(wl.long_tokens, wl.short_tokens, min_effect_pct)
     prompts = [sampler.prompt(depth) for _ in range(c)]
     phase("priming")
     t0 = time.monotonic()
@@ -283,7 +289,7 @@ def measure_batch_cell(
 
     def one(n: int) -> tuple[dict[str, Any], str | None]:
         row = client.round(prompts, n, depth)
-        return row, round_problem(row, c, n, depth, client.kv["block_size"] if client.kv else None)
+        return row, round_problem(row, c, n, depth, client.kv["block_size"] if client.kv else None, line)
 
     warm_ok = all(check_row(o, depth, 1) is None for o in primed)
     return run_rounds(wl, one, emit, phase, stop_rule, between_rounds, started=t0, warm_ok=warm_ok)

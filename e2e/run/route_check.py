@@ -26,16 +26,17 @@ from e2e.run.measure import CellClient, TokenSampler, measure_cell
 from e2e.serve.launch import server_spec, session_api_key
 from e2e.serve.server import VllmServer
 from e2e.stats.cells import cell_stats
+from e2e.stats.stall import line_steps
 
 
 def _fresh_rounds(
-    client: BatchClient, sampler: TokenSampler, depth: int, long_: int, short: int, rounds: int
+    client: BatchClient, sampler: TokenSampler, depth: int, long_: int, short: int, rounds: int, line: float
 ) -> list[dict[str, Any]]:
     rows = []
     for rnd in range(rounds):
         for n in (long_, short) if rnd % 2 == 0 else (short, long_):
             row = client.round([sampler.prompt(depth) for _ in range(client.c)], n, depth)
-            why = round_problem(row, client.c, n, depth, client.kv["block_size"] if client.kv else None)
+            why = round_problem(row, client.c, n, depth, client.kv["block_size"] if client.kv else None, line)
             rows.append({"n_tokens": n, "round": rnd, **row, "valid": True, "why_refused": why})
     return rows
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     cs = sorted({int(x) for x in a.concurrency.split(",")})
     cfg = load_config(a.config, {"workload.concurrency": [max(cs)], "workload.rounds": a.rounds})
     depths = [int(x) for x in a.depths.split(",")] if a.depths else list(cfg.workload.depths)
-    wl, arm = cfg.workload, cfg.arms[0]
+    wl, arm, me = cfg.workload, cfg.arms[0], cfg.stats.min_effect_pct
     sampler = TokenSampler.for_model(cfg.model.path, wl.seed, cfg.model.vocab_size)
     spec = server_spec(cfg, arm, None)
     # Never the working folder: a log there ends up committed by whoever runs this from the repo.
@@ -76,10 +77,20 @@ def main(argv: list[str] | None = None) -> int:
             for c in cs:
                 b = BatchClient(s.base_url, s.api_key, cfg.server.request_timeout_s, c)
                 try:
-                    res = measure_batch_cell(b, d, wl, sampler, emit=lambda r: None, phase=lambda p: None)
+                    res = measure_batch_cell(
+                        b, d, wl, sampler, emit=lambda r: None, phase=lambda p: None, min_effect_pct=me
+                    )
                     print(_line(f"c = {c}, primed (the route)", res.rows, wl.long_tokens, wl.short_tokens))
                     if c > 1:
-                        rows = _fresh_rounds(b, sampler, d, wl.long_tokens, wl.short_tokens, wl.rounds)
+                        rows = _fresh_rounds(
+                            b,
+                            sampler,
+                            d,
+                            wl.long_tokens,
+                            wl.short_tokens,
+                            wl.rounds,
+                            line_steps(wl.long_tokens, wl.short_tokens, me),
+                        )
                         print(_line(f"c = {c}, fresh prompts every round", rows, wl.long_tokens, wl.short_tokens))
                 finally:
                     b.close()

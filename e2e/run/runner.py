@@ -386,7 +386,14 @@ class Runner:
         is "fresh" (every c is 1); c together over primed prompts (batch.py) at every point otherwise."""
         if self.cfg.workload.route == "fresh":
             return measure_cell(client, cell.depth, wl, self.sampler, **kw)
-        return measure_batch_cell(ctx["batch"][cell.concurrency], cell.depth, wl, self.sampler, **kw)
+        return measure_batch_cell(
+            ctx["batch"][cell.concurrency],
+            cell.depth,
+            wl,
+            self.sampler,
+            min_effect_pct=self.cfg.stats.min_effect_pct,
+            **kw,
+        )
 
     def _record_failed(
         self, cell: Cell, ctx: dict[str, Any], error: str, tail: str, left: list[int], folded: dict[str, Any]

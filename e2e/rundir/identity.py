@@ -99,12 +99,18 @@ def describe(manifest: dict[str, Any]) -> dict[str, Any]:
         for i, r in enumerate(manifest.get("resumes") or [], start=1)
         if isinstance(r, dict)
     ]
-    lines, ok = [], True
+    said: dict[str, list[str]] = {}  # each line once, with every part of the run it holds for
+    ok = True
     for who, code, git in entries:
         known, line = _one(code, git if isinstance(git, dict) else {})
         ok &= known
-        lines.append(f"{who}: {line}" if len(entries) > 1 else line)
-    return {"identified": ok, "line": "; ".join(lines)}
+        said.setdefault(line, []).append(who)
+    if len(said) == 1:  # the run and its resumes ran the same code: said once
+        return {
+            "identified": ok,
+            "line": next(iter(said)) + (" (the run and every resume)" if len(entries) > 1 else ""),
+        }
+    return {"identified": ok, "line": "; ".join(f"{' and '.join(who)}: {line}" for line, who in said.items())}
 
 
 def _one(code: dict[str, Any] | None, git: dict[str, Any]) -> tuple[bool, str]:

@@ -10,7 +10,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from e2e import exits
-from e2e.stats.verdicts import EQUIVALENT, FASTER, INCONCLUSIVE, INERT, INSUFFICIENT_REPLICATION, NODATA, SLOWER
+from e2e.stats.verdicts import (
+    EQUIVALENT,
+    FASTER,
+    INCONCLUSIVE,
+    INERT,
+    INSUFFICIENT_REPLICATION,
+    NODATA,
+    NOT_MEASURED_KV,
+    SLOWER,
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,22 @@ LATENCY: dict[str, Word] = {
             "#bcbd22",
             exits.CANNOT_DECIDE,
         ),
-        Word(NODATA, "no estimate in an arm", False, False, "#8c564b", exits.CANNOT_DECIDE),
+        Word(
+            NODATA,
+            "no estimate in an arm (its cells failed, or a check refused their rounds: the warnings say which)",
+            False,
+            False,
+            "#8c564b",
+            exits.CANNOT_DECIDE,
+        ),
+        Word(
+            NOT_MEASURED_KV,
+            "the server's KV cache cannot hold c requests of this depth, so the point was skipped (nothing refused)",
+            False,
+            False,
+            "#c7c7c7",
+            exits.CANNOT_DECIDE,
+        ),
         Word(
             INERT,
             "the arm's patched function was never called at this point, or never answered differently "
@@ -121,13 +145,15 @@ def signoff(word: str | None) -> Word | None:
     return SIGNOFF.get(word or "")
 
 
-RULE_WORDS = (SLOWER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION)  # the rule as every report states it
+STANDARD = (SLOWER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION)  # every legend defines these
 
 
-def rule_text(words: Iterable[str] = RULE_WORDS) -> str:
-    """The decision rule in one paragraph (slower and faster share a line)."""
+def rule_text(used: Iterable[str | None] = ()) -> str:
+    """The decision rule in one paragraph (slower and faster share a line): the standard words and
+    every other word in `used` (a table's decisions), so a legend defines each word its table shows."""
+    seen = set(used)
     parts = []
-    for w in words:
+    for w in (w for w in LATENCY if w != FASTER and (w in STANDARD or w in seen)):
         head = "**slower** / **faster**" if w == SLOWER else f"**{w}**"
         meaning = LATENCY[w].meaning.replace(", ratio > 1", "") if w == SLOWER else LATENCY[w].meaning
         parts.append(f"{head}: {meaning}")

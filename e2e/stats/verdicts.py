@@ -40,7 +40,8 @@ INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient dat
 # Set over the decision by the run's analysis where the arm's patch changed nothing at a point
 # (e2e/rundir/patch_evidence.py); never drawn from the numbers.
 INERT = "inert"
-VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, INERT)
+NOT_MEASURED_KV = "not measured (KV cache)"  # a point the server's KV cache cannot hold: skipped, not refused
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, NOT_MEASURED_KV, INERT)
 BETWEEN, WITHIN, WITHIN_ONE = "between-server", "within-server", "within-server (one server)"
 METHODS = ("holm", "bonferroni", "none")
 
