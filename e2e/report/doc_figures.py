@@ -163,6 +163,11 @@ def cells_by_pass(arm: str, depth: int, key: str = "estimate_ms") -> Callable[[R
     return lambda r: [x[key] for x in sorted(r.cells(arm, depth), key=lambda x: x["pass"])]
 
 
+def arm_geomean(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
+    """The arm's geometric mean over its cells at the point (summary.json's `arms`, ms)."""
+    return lambda r: [_one(r.summary["arms"], arm, depth, c)["geomean_ms"]]
+
+
 def _stalled(r: RunFolder) -> list[tuple[float, float]]:
     """(unexplained ms, in decode steps) of every counted round at c > 1 the stall check refuses."""
     out = []
@@ -313,6 +318,16 @@ FIGURES: dict[str, Figure] = {
 }
 
 
+def _ratio_span_all(runs: Sequence[str], arm: str, depth: int) -> Callable[[RunFolder], Sequence[float]]:
+    """The smallest and largest pooled ratio of the arm at the point over several runs beside the folder."""
+
+    def f(r: RunFolder) -> Sequence[float]:
+        xs = [RunFolder(r.path.parent / run).comparison(arm, depth)["ratio"] for run in runs]
+        return [min(xs), max(xs)]
+
+    return f
+
+
 def _cell_span_all(runs: Sequence[str], arm: str, depth: int) -> Callable[[RunFolder], Sequence[float]]:
     """A span over several runs' batch-1 cells (the folder given is the first; the rest beside it)."""
 
@@ -328,6 +343,31 @@ FIGURES["ref.rocm-attn.8k.client"] = Figure(
 )
 FIGURES["ref.rocm-attn.32k.mean"] = Figure(
     "h200-reference-tp1", cell_mean("rocm-attn", K32, 1, "client_estimate_ms"), "{:.0f}"
+)
+for _arm in ("stock", "rocm-attn"):
+    for _d, _k in ((K1, "1k"), (K8, "8k")):
+        FIGURES[f"ref.{_arm}.{_k}.mean"] = Figure(
+            "h200-reference-tp1", arm_geomean(_arm, _d), "{:.2f}" if _arm == "stock" else "{:.1f}"
+        )
+FIGURES["load.mde"] = Figure(
+    L1,
+    lambda r: [
+        min(c["mde_pct"] for c in r.summary["comparisons"] if c["scope"] == "pooled" and c["mde_pct"] is not None),
+        max(c["mde_pct"] for c in r.summary["comparisons"] if c["scope"] == "pooled" and c["mde_pct"] is not None),
+    ],
+    "MDE {:.1f}-{:.1f} %",
+)
+FIGURES["load.rocm.8k.c1.ms1"] = Figure(L1, step("rocm-attn", K8, 1), "{:.1f}")
+FIGURES["load8k.rocm.16to32"] = Figure(
+    L8, lambda r: [step("rocm-attn", K8, c)(r)[0] for c in (16, 32)], "{:.0f} to {:.0f}"
+)
+FIGURES["load8k.fa3.16to32"] = Figure(L8, lambda r: [step("stock", K8, c)(r)[0] for c in (16, 32)], "{:.1f} to {:.1f}")
+FIGURES["widened.32k.batch1runs"] = Figure(
+    "h200-reference-tp1",
+    _ratio_span_all(
+        ("h200-reference-tp1", "h200-precision-tp1", "h200-neighbour-tp1", "h200-vllm023-tp1"), "widened", K32
+    ),
+    "{:.3f}-{:.3f}",
 )
 FIGURES["fa3.32k.c1.batch1runs"] = Figure(
     "h200-reference-tp1",
