@@ -114,11 +114,6 @@ def step(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[flo
     return lambda r: [r.load(arm, depth, c)["step_ms"]]
 
 
-def load_range(arm: str, depth: int, c: int, what: str) -> Callable[[RunFolder], Sequence[float]]:
-    """A load row's distribution-free interval, e.g. what='ttft_ms' -> (ttft_ms_lo, ttft_ms_hi)."""
-    return lambda r: [r.load(arm, depth, c)[f"{what}_lo"], r.load(arm, depth, c)[f"{what}_hi"]]
-
-
 def _arms(arm: str | tuple[str, ...]) -> tuple[str, ...]:
     return (arm,) if isinstance(arm, str) else arm
 
@@ -168,7 +163,7 @@ def arm_geomean(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Seque
     return lambda r: [_one(r.summary["arms"], arm, depth, c)["geomean_ms"]]
 
 
-def _stalled(r: RunFolder) -> list[tuple[float, float]]:
+def stalled_rounds(r: RunFolder) -> list[tuple[float, float]]:
     """(unexplained ms, in decode steps) of every counted round at c > 1 the stall check refuses."""
     out = []
     for x in r.rounds:
@@ -180,12 +175,12 @@ def _stalled(r: RunFolder) -> list[tuple[float, float]]:
 
 
 def stalled_ms(r: RunFolder) -> Sequence[float]:
-    gaps = [g for g, _ in _stalled(r)]
+    gaps = [g for g, _ in stalled_rounds(r)]
     return [min(gaps), max(gaps)]
 
 
 def stalled_steps(r: RunFolder) -> Sequence[float]:
-    steps = [s for _, s in _stalled(r)]
+    steps = [s for _, s in stalled_rounds(r)]
     return [min(steps), max(steps)]
 
 
@@ -208,11 +203,6 @@ def client_over_server(arm: str, depth: int, c: int, cell: str | None = None) ->
         return [100 * statistics.fmean(x["estimate_ms"] / x["server_estimate_ms"] - 1 for x in xs)]
 
     return f
-
-
-def over(num: Callable[[RunFolder], Sequence[float]], den: Callable[[RunFolder], Sequence[float]]):  # noqa: ANN201
-    """num / den - 1 in %, each the first value of its function."""
-    return lambda r: [100 * (num(r)[0] / den(r)[0] - 1)]
 
 
 L1, L8, L32 = "h200-load-tp1", "h200-load-8k-tp1", "h200-load-32k-tp1"
@@ -384,7 +374,7 @@ FIGURES["fresh.vs.primed"] = Figure(
 
 # -- reading and rewriting the pages -----------------------------------------------------------------
 def pages(root: Path = ROOT) -> list[Path]:
-    return [root / p for p in PAGES] + sorted((root / "docs").rglob("*.md"))
+    return [p for p in (root / q for q in PAGES) if p.is_file()] + sorted((root / "docs").rglob("*.md"))
 
 
 @dataclass(frozen=True)
@@ -430,7 +420,10 @@ def check(root: Path = ROOT, results: Path | None = None, figures: Iterable[str]
         elif got != q.text:
             problems.append(f"{where} reads {q.text!r}; its run folder gives {got!r}")
     quoted = {q.id for q in qs}
-    problems += [f"fig:{i} is registered and quoted nowhere" for i in sorted(set(figures or FIGURES) - quoted)]
+    problems += [
+        f"fig:{i} is registered and quoted nowhere"
+        for i in sorted(set(FIGURES if figures is None else figures) - quoted)
+    ]
     return problems
 
 
