@@ -385,11 +385,20 @@ class Quote:
     text: str
 
 
+FENCE = re.compile(r"^ *(```|~~~).*?^ *\1", re.S | re.M)
+
+
+def _marks(text: str) -> list[re.Match[str]]:
+    """The markers outside fenced code blocks (an example of a marker is not a figure)."""
+    fenced = [m.span() for m in FENCE.finditer(text)]
+    return [m for m in MARK.finditer(text) if not any(a <= m.start() < b for a, b in fenced)]
+
+
 def quotes(paths: Iterable[Path]) -> list[Quote]:
     out = []
     for p in paths:
         text = p.read_text()
-        for m in MARK.finditer(text):
+        for m in _marks(text):
             out.append(Quote(p, text.count("\n", 0, m.start()) + 1, m["id"], m["text"]))
     return out
 
@@ -428,9 +437,11 @@ def check(root: Path = ROOT, results: Path | None = None, figures: Iterable[str]
 
 
 def _fixed(text: str, now: dict[str, str | Exception], day: str, changed: list[str], page: str) -> str:
+    keep = {m.start() for m in _marks(text)}
+
     def fix(m: re.Match[str]) -> str:
         got = now.get(m["id"])
-        if not isinstance(got, str) or got == m["text"]:
+        if m.start() not in keep or not isinstance(got, str) or got == m["text"]:
             return m[0]
         changed.append(f"{page}: fig:{m['id']} {m['text']!r} -> {got!r}")
         note = "" if m["text"] == NEW else f" (corrected {day}: was {m['text']})"
@@ -445,7 +456,7 @@ def update(root: Path = ROOT, results: Path | None = None, today: str | None = N
     changed: list[str] = []
     for p in pages(root):
         text = p.read_text()
-        now = _rendered({m["id"] for m in MARK.finditer(text)}, results or root / "results")
+        now = _rendered({m["id"] for m in _marks(text)}, results or root / "results")
         new = _fixed(text, now, day, changed, str(p.relative_to(root)))
         if new != text:
             p.write_text(new)
