@@ -10,7 +10,8 @@ verdict and family-wise control (Holm over that run's grid only). A point severa
 the LAST run named on the command line that has a ratio there (name the runs oldest first: a re-timing
 then wins), and the table lists every run's value, the one drawn marked. The runs must share the
 reference arm and the minimum effect (one margin on the figure); every other difference in what they
-ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden.
+ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden, and on the figure a
+line that joins points of runs with different server flags is dotted there, each flag set its marker.
 
 Exit status: 0 written, 2 bad input. It decides nothing itself: the verdicts are the runs'.
 """
@@ -137,9 +138,11 @@ def markdown(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, A
 def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What the run report's grid figure reads: the run block's margin and reference, the drawn rows."""
     run = summaries[0][1]["run"]
+    flags = {name: s["server_flags"] for name, s in summaries}
     return {
         "run": {"min_effect_pct": run["min_effect_pct"], "reference_arm": run["reference_arm"]},
-        "comparisons": [r for r in rows if r["drawn"]],
+        # each point with its run's server flags: the figure marks a line that joins different ones
+        "comparisons": [{**r, "server_flags": flags[r["run"]]} for r in rows if r["drawn"]],
     }
 
 
