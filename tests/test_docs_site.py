@@ -134,4 +134,4 @@ def test_the_built_site_opens_from_the_file_system_with_search(tmp_path):
     assert broken_links(site) == []
     index = (site / "search" / "search_index.js").read_text()
     assert index.startswith("var __index = {") and "stall check" in index
-    assert 'src="../assets/javascripts/iframe-worker-shim.js"' in (site / "concepts" / "load.html").read_text()
+    assert 'src="../js/iframe-worker-shim.js"' in (site / "concepts" / "load.html").read_text()
