@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.rundir.store import counted_requests, read_jsonl
-from e2e.stats import stall
+from e2e.stats import estimate, stall
+from e2e.stats.cells import cell_stats
 from e2e.stats.point import Point
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +157,45 @@ def raw_cell_mean(
 def cells_by_pass(arm: str, depth: int, key: str = "estimate_ms") -> Callable[[RunFolder], Sequence[float]]:
     """The point's cells in pass order (a report's per-cell column)."""
     return lambda r: [x[key] for x in sorted(r.cells(arm, depth), key=lambda x: x["pass"])]
+
+
+def _cell_rounds(r: RunFolder, arm: str, depth: int) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for x in r.rounds:
+        if _at(x, arm, depth, 1):
+            out.setdefault(x["cell_id"], []).append(x)
+    return out
+
+
+def _tokens(r: RunFolder) -> tuple[int, int]:
+    return r.summary["run"]["long_tokens"], r.summary["run"]["short_tokens"]
+
+
+def half_widths(arms: tuple[str, ...], depth: int, estimator: str) -> Callable[[RunFolder], Sequence[float]]:
+    """The smallest and largest 95 % half-width (%) of the arms' cells at a batch-1 depth, each cell
+    recomputed from its rounds under `estimator` (e2e.stats.cells.cell_stats)."""
+
+    def f(r: RunFolder) -> Sequence[float]:
+        hw = [
+            100 * h
+            for a in arms
+            for rows in _cell_rounds(r, a, depth).values()
+            if (h := cell_stats(rows, *_tokens(r), estimator=estimator).half_width_rel) is not None
+        ]
+        return [min(hw), max(hw)]
+
+    return f
+
+
+def mixed_ratio(arm: str, arm_est: str, ref: str, ref_est: str, depth: int) -> Callable[[RunFolder], Sequence[float]]:
+    """arm / ref as the geometric means of their cells, each arm on its own estimator (what one
+    estimator per point prevents)."""
+
+    def gm(r: RunFolder, a: str, est: str) -> float:
+        xs = [estimate.estimator_ms(rows, *_tokens(r), est) for rows in _cell_rounds(r, a, depth).values()]
+        return statistics.geometric_mean([x for x in xs if x is not None])
+
+    return lambda r: [gm(r, arm, arm_est) / gm(r, ref, ref_est)]
 
 
 def arm_geomean(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
@@ -339,6 +379,42 @@ for _arm in ("stock", "rocm-attn"):
         FIGURES[f"ref.{_arm}.{_k}.mean"] = Figure(
             "h200-reference-tp1", arm_geomean(_arm, _d), "{:.2f}" if _arm == "stock" else "{:.1f}"
         )
+# The batch-1 H200 runs' per-cell tables (docs/results/index.md): each arm's cells in pass order,
+# on the estimate each table states (the reference and TRITON_ATTN tables: the plain client estimate,
+# as first reported; precision: today's).
+for _tag, _run, _names, _key in (
+    ("ref", "h200-reference-tp1", ("stock", "widened", "rocm-attn"), "client_estimate_ms"),
+    ("prec", "h200-precision-tp1", ("stock", "widened"), "estimate_ms"),
+    ("triton", "h200-triton-tp1", ("stock", "triton-attn"), "client_estimate_ms"),
+):
+    _n = 3 if _tag == "prec" else 2
+    for _arm in _names:
+        for _d, _k in ((K1, "1k"), (K8, "8k"), (K32, "32k")):
+            FIGURES[f"{_tag}.{_arm}.{_k}.cells"] = Figure(
+                _run, cells_by_pass(_arm, _d, _key), ", ".join(["{:.2f}"] * _n)
+            )
+for _d, _k in ((K1, "1k"), (K8, "8k"), (K32, "32k")):
+    FIGURES[f"prec.widened.{_k}"] = Figure(
+        "h200-precision-tp1",
+        lambda r, d=_d: [*ratio("widened", d)(r), r.comparison("widened", d)["ci_half_width_pct"]],
+        "{:.3f} ({:.3f}-{:.3f}), +-{:.2f} %",
+    )
+    FIGURES[f"prec.widened.{_k}.df"] = Figure(
+        "h200-precision-tp1", lambda r, d=_d: [r.comparison("widened", d)["df"]], "{:.1f}"
+    )
+    FIGURES[f"prec.widened.{_k}.mde"] = Figure("h200-precision-tp1", mde("widened", _d), "{:.1f} %")
+# docs/concepts/estimator.md: why the prefill-corrected estimate (h200-reference-tp1, FA3's cells)
+for _est, _e in ((estimate.CLIENT, "plain"), (estimate.CORRECTED, "corrected")):
+    for _d, _k in ((K1, "1k"), (K8, "8k"), (K32, "32k")):
+        FIGURES[f"est.hw.{_e}.{_k}"] = Figure(
+            "h200-reference-tp1",
+            half_widths(FA3, _d, _est),
+            "{:.1f}-{:.1f}" if (_e, _k) == ("plain", "32k") else "{:.2f}-{:.2f}",
+        )
+FIGURES["est.mixed.32k"] = Figure(
+    "h200-reference-tp1", mixed_ratio("widened", estimate.CLIENT, "stock", estimate.CORRECTED, K32), "{:.3f}"
+)
+FIGURES["est.same.32k"] = Figure("h200-reference-tp1", ratio("widened", K32), "{:.3f}")
 FIGURES["load.mde"] = Figure(
     L1,
     lambda r: [
