@@ -93,7 +93,7 @@ def _one(rows: Iterable[dict[str, Any]], arm: str, depth: int, c: int, **match: 
 @dataclass(frozen=True)
 class Figure:
     run: str  # the folder under results/
-    value: Callable[[RunFolder], Sequence[float]]
+    value: Callable[[RunFolder], Sequence[Any]]  # numbers (or words) for the format
     fmt: str  # str.format over the values: its precision is the check's
 
     def render(self, results: Path) -> str:
@@ -415,6 +415,50 @@ FIGURES["est.mixed.32k"] = Figure(
     "h200-reference-tp1", mixed_ratio("widened", estimate.CLIENT, "stock", estimate.CORRECTED, K32), "{:.3f}"
 )
 FIGURES["est.same.32k"] = Figure("h200-reference-tp1", ratio("widened", K32), "{:.3f}")
+
+
+def _pooled_of(arm: str) -> Callable[[RunFolder], list[dict[str, Any]]]:
+    return lambda r: [r.comparison(arm, d) for d in (K1, K8, K32)]
+
+
+def _rereported(r: RunFolder) -> Sequence[Any]:
+    cs = _pooled_of("widened")(r)
+    words = [c["decision"] for c in cs]
+    head = (
+        f"**{words[0]}** at every depth"
+        if len(set(words)) == 1
+        else " / ".join(f"**{w}**" for w in words) + " at 1K / 8K / 32K"
+    )
+    return [head, *(c["ci_half_width_pct"] for c in cs)]
+
+
+FIGURES["ref.widened.rereported"] = Figure("h200-reference-tp1", _rereported, "{}, +-{:.2f} / {:.2f} / {:.2f} %")
+FIGURES["triton.rereported"] = Figure(
+    "h200-triton-tp1",
+    lambda r: [c["ci_half_width_pct"] for c in _pooled_of("triton-attn")(r)],
+    "+-{:.2f} / {:.2f} / {:.2f} %",
+)
+FIGURES["prec.pilot.widest"] = Figure(
+    "h200-precision-tp1", lambda r: [r.summary["run"]["replication"]["pilot_widest_ci_half_width_pct"]], "+-{:.2f} %"
+)
+FIGURES["prec.predicted"] = Figure(
+    "h200-precision-tp1", lambda r: [r.summary["run"]["replication"]["allocation"]["predicted_gpu_minutes"]], "{:.1f}"
+)
+FIGURES["prec.wall"] = Figure("h200-precision-tp1", lambda r: [r.summary["run"]["gpu_time"]["wall_minutes"]], "{:.1f}")
+FIGURES["prec.split"] = Figure(
+    "h200-precision-tp1",
+    lambda r: [r.summary["run"]["gpu_time"][k] for k in ("starts_minutes", "warmup_minutes", "measure_minutes")],
+    "starts {:.1f} min, warm-ups {:.1f}, timed rounds {:.1f}",
+)
+
+
+def _bandwidth(r: RunFolder) -> Sequence[float]:
+    bw = r.manifest["gpu_bandwidth"]["best_gbps"]
+    return [bw, 100 * bw / r.summary["roofline"]["bandwidth_gbps"]]
+
+
+FIGURES["triton.bw"] = Figure("h200-triton-tp1", _bandwidth, "{:.0f} GB/s, {:.0f} %")
+FIGURES["fork.bw"] = Figure("h200-fork-tp1", lambda r: [r.manifest["gpu_bandwidth"]["best_gbps"]], "{:.0f} GB/s")
 FIGURES["load.mde"] = Figure(
     L1,
     lambda r: [
