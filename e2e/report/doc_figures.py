@@ -459,6 +459,54 @@ def _bandwidth(r: RunFolder) -> Sequence[float]:
 
 FIGURES["triton.bw"] = Figure("h200-triton-tp1", _bandwidth, "{:.0f} GB/s, {:.0f} %")
 FIGURES["fork.bw"] = Figure("h200-fork-tp1", lambda r: [r.manifest["gpu_bandwidth"]["best_gbps"]], "{:.0f} GB/s")
+
+
+def _span_x(lo: float, hi: float) -> str:
+    a, b = f"{min(lo, hi):.2f}", f"{max(lo, hi):.2f}"
+    return f"{a}x" if a == b else f"{a}-{b}x"
+
+
+def floors(arm: str, which: str) -> Callable[[RunFolder], Sequence[Any]]:
+    """The arm's measured / HBM-floor ratio per depth (its cells' span): which = 'measured_over_floor'
+    (the datasheet's bandwidth) or 'measured_over_measured_floor' (the GPU's measured read bandwidth)."""
+    return lambda r: [_span_x(*v[which][arm]) for v in r.summary["roofline"]["per_depth"].values()]
+
+
+def starts(r: RunFolder) -> Sequence[Any]:
+    """Per arm: its first (cold) start, the median of its later (warm) ones (s), warm / cold in %."""
+    return [
+        f"{s['arm']} {s['first_s']:.1f} / {s['later_median_s']:.1f} s ({100 * s['later_median_s'] / s['first_s']:.0f} %)"
+        for s in r.summary["startups"]
+    ]
+
+
+FIGURES["triton.floor.measured"] = Figure(
+    "h200-triton-tp1", floors("stock", "measured_over_measured_floor"), "{} / {} / {}"
+)
+FIGURES["triton.floor.datasheet"] = Figure("h200-triton-tp1", floors("stock", "measured_over_floor"), "{} / {} / {}")
+FIGURES["triton.starts"] = Figure("h200-triton-tp1", starts, "{}, {}")
+FIGURES["prec.predicted.hw"] = Figure(
+    "h200-precision-tp1",
+    lambda r: list(r.summary["run"]["replication"]["allocation"]["predicted_half_width_pct"].values()),
+    "+-{:.2f} / {:.2f} / {:.2f} %",
+)
+FIGURES["prec.cold"] = Figure(
+    "h200-precision-tp1", lambda r: [s["first_s"] for s in r.summary["startups"]], "{:.0f} / {:.0f} s"
+)
+FIGURES["prec.sd_server"] = Figure(
+    "h200-precision-tp1", lambda r: [100 * r.summary["variance_model"]["sd_server"]], "{:.3f} %"
+)
+FIGURES["prec.bw"] = Figure("h200-precision-tp1", lambda r: [r.manifest["gpu_bandwidth"]["best_gbps"]], "{:.0f} GB/s")
+FIGURES["load.bw"] = Figure(L1, lambda r: [r.manifest["gpu_bandwidth"]["best_gbps"]], "{:.0f} GB/s")
+for _d, _k in ((K1, "1k"), (K8, "8k")):
+    FIGURES[f"fork.{_k}.cells"] = Figure(
+        "h200-fork-tp1", cells_by_pass("stock-fork", _d, "client_estimate_ms"), "{:.2f}, {:.2f}"
+    )
+FIGURES["fork.starts"] = Figure(
+    "h200-fork-tp1",
+    lambda r: [r.summary["startups"][0]["first_s"], r.summary["startups"][0]["later_median_s"]],
+    "{:.1f} s cold, {:.1f} s warm",
+)
 FIGURES["load.mde"] = Figure(
     L1,
     lambda r: [
