@@ -484,6 +484,9 @@ FIGURES["triton.floor.measured"] = Figure(
     "h200-triton-tp1", floors("stock", "measured_over_measured_floor"), "{} / {} / {}"
 )
 FIGURES["triton.floor.datasheet"] = Figure("h200-triton-tp1", floors("stock", "measured_over_floor"), "{} / {} / {}")
+FIGURES["ref.floor"] = Figure(
+    "h200-reference-tp1", floors("stock", "measured_over_floor"), "{} at 1K, {} at 8K, {} at 32K"
+)
 FIGURES["triton.starts"] = Figure("h200-triton-tp1", starts, "{}, {}")
 FIGURES["prec.predicted.hw"] = Figure(
     "h200-precision-tp1",
