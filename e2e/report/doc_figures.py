@@ -101,9 +101,17 @@ class Figure:
 
 
 # -- the values, each a function of one run folder -------------------------------------------------
+RATIO_KEYS = ("ratio", "ratio_ci_lo", "ratio_ci_hi")
+
+
+def comparison_keys(arm: str, depth: int, keys: Sequence[str], c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
+    """Keys of the arm's pooled comparison at the point (summary.json's `comparisons`)."""
+    return lambda r: [r.comparison(arm, depth, c)[k] for k in keys]
+
+
 def ratio(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
     """The pooled ratio against the reference arm and its 95 % interval."""
-    return lambda r: [r.comparison(arm, depth, c)[k] for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi")]
+    return comparison_keys(arm, depth, RATIO_KEYS, c)
 
 
 def mde(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
@@ -396,12 +404,10 @@ for _tag, _run, _names, _key in (
 for _d, _k in ((K1, "1k"), (K8, "8k"), (K32, "32k")):
     FIGURES[f"prec.widened.{_k}"] = Figure(
         "h200-precision-tp1",
-        lambda r, d=_d: [*ratio("widened", d)(r), r.comparison("widened", d)["ci_half_width_pct"]],
+        comparison_keys("widened", _d, RATIO_KEYS + ("ci_half_width_pct",)),
         "{:.3f} ({:.3f}-{:.3f}), +-{:.2f} %",
     )
-    FIGURES[f"prec.widened.{_k}.df"] = Figure(
-        "h200-precision-tp1", lambda r, d=_d: [r.comparison("widened", d)["df"]], "{:.1f}"
-    )
+    FIGURES[f"prec.widened.{_k}.df"] = Figure("h200-precision-tp1", comparison_keys("widened", _d, ("df",)), "{:.1f}")
     FIGURES[f"prec.widened.{_k}.mde"] = Figure("h200-precision-tp1", mde("widened", _d), "{:.1f} %")
 # docs/concepts/estimator.md: why the prefill-corrected estimate (h200-reference-tp1, FA3's cells)
 for _est, _e in ((estimate.CLIENT, "plain"), (estimate.CORRECTED, "corrected")):
