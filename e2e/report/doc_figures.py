@@ -516,6 +516,29 @@ FIGURES["fork.starts"] = Figure(
     lambda r: [r.summary["startups"][0]["first_s"], r.summary["startups"][0]["later_median_s"]],
     "{:.1f} s cold, {:.1f} s warm",
 )
+
+
+def _route_moved(r: RunFolder) -> Sequence[float]:
+    """FA3's primed c = 1 step (h200-load-tp1 at 1K/8K, h200-load-32k-tp1 at 32K) against the
+    batch-1 cells of h200-reference-tp1 (prefix caching off), in % per depth."""
+    ref = RunFolder(r.path.parent / "h200-reference-tp1")
+    pts = ((r, K1), (r, K8), (RunFolder(r.path.parent / L32), K32))
+    return [100 * (run.load("stock", d)["step_ms"] / arm_geomean("stock", d)(ref)[0] - 1) for run, d in pts]
+
+
+FIGURES["route.fa3.moved"] = Figure(L1, _route_moved, "{:+.1f} / {:+.1f} / {:+.1f} %")
+FIGURES["load8k.fa3.agree"] = Figure(
+    L8,
+    lambda r: [
+        v
+        for c in (4, 16, 32)
+        for v in sorted((r.load("stock", K8, c)["step_ms"], cell_mean("stock", K8, c, "server_estimate_ms")(r)[0]))
+    ],
+    "{:.1f}-{:.1f}, {:.1f}-{:.1f}, {:.1f}-{:.1f} ms",
+)
+FIGURES["load32k.widened.c1.mde"] = Figure(L32, mde("widened", K32, 1), "{:.1f} %")
+FIGURES["load32k.widened.c4.mde"] = Figure(L32, mde("widened", K32, 4), "{:.1f} %")
+FIGURES["load.stalled.max.s"] = Figure(L1, lambda r: [stalled_ms(r)[1] / 1e3], "{:.1f} s")
 FIGURES["load.mde"] = Figure(
     L1,
     lambda r: [
