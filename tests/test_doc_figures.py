@@ -60,7 +60,7 @@ def test_a_row_changed_in_a_committed_run_fails_the_check(tmp_path):
 
     problems = df.check(results=res)
     stale = sorted({p.split(": fig:")[1].split(" ")[0] for p in problems})
-    assert stale == ["load.fa3.8k.c4", "load.stalled.ms", "load.stalled.steps"]
+    assert stale == ["load.fa3.8k.c4", "load.stalled.max.s", "load.stalled.ms", "load.stalled.steps"]
     assert any("'48 to 391 ms'; its run folder gives '48 to 491 ms'" in p for p in problems)
     assert all(p.startswith(("docs/", "README.md", "results/README.md")) for p in problems)
 
