@@ -4,7 +4,9 @@ navigation and search, no code line hidden behind a scroll (78 columns)."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -135,3 +137,18 @@ def test_the_built_site_opens_from_the_file_system_with_search(tmp_path):
     index = (site / "search" / "search_index.js").read_text()
     assert index.startswith("var __index = {") and "stall check" in index
     assert 'src="../js/iframe-worker-shim.js"' in (site / "concepts" / "load.html").read_text()
+
+
+def test_the_quickstarts_console_capture_is_what_report_prints(tmp_path):
+    """docs/quickstart.md's capture of the demo's answer is `report results/cpu-demo` now (on a copy:
+    report writes the folder's files)."""
+    run = tmp_path / "cpu-demo"
+    shutil.copytree(ROOT / "results" / "cpu-demo", run)
+    out = subprocess.run(
+        [sys.executable, "run_e2e.py", "report", str(run)], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    page = (ROOT / "docs" / "quickstart.md").read_text()
+    block = page.split("### What a run prints", 1)[1].split("\n\n")[2]
+    shown = [line[4:] for line in block.split("\n")]
+    assert shown[0] == "cpu-demo: 8 of 8 cells ok (each in report.md)" and len(shown) == 8
+    assert [line.rstrip() for line in out.split("\n")[: len(shown)]] == shown

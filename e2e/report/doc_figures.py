@@ -539,6 +539,9 @@ FIGURES["load8k.fa3.agree"] = Figure(
 FIGURES["load32k.widened.c1.mde"] = Figure(L32, mde("widened", K32, 1), "{:.1f} %")
 FIGURES["load32k.widened.c4.mde"] = Figure(L32, mde("widened", K32, 4), "{:.1f} %")
 FIGURES["load.stalled.max.s"] = Figure(L1, lambda r: [stalled_ms(r)[1] / 1e3], "{:.1f} s")
+FIGURES["demo.mde"] = Figure(
+    "cpu-demo", lambda r: sorted(r.comparison("widened", d)["mde_pct"] for d in (256, 1024)), "{:.1f} and {:.1f} %"
+)
 FIGURES["load.mde"] = Figure(
     L1,
     lambda r: [
