@@ -37,7 +37,7 @@ def test_the_five_pages_quote_through_the_registry():
     qs = df.quotes([ROOT / p for p in df.PAGES] + [ROOT / "docs/results/index.md", ROOT / "docs/concepts/load.md"])
     pages = {q.page.relative_to(ROOT).as_posix() for q in qs}
     assert {"README.md", "results/README.md", "docs/results/index.md", "docs/concepts/load.md"} <= pages
-    assert all(q.id in df.FIGURES for q in qs)
+    assert all(df.figure(q.id) is not None for q in qs)
 
 
 def test_a_row_changed_in_a_committed_run_fails_the_check(tmp_path):

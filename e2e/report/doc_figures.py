@@ -40,7 +40,7 @@ from e2e.stats.point import Point
 ROOT = Path(__file__).resolve().parents[2]
 # The pages that quote committed runs; every Markdown page under docs/ is read too.
 PAGES = ("README.md", "results/README.md")
-MARK = re.compile(r"<!-- fig:(?P<id>[A-Za-z0-9_.\-]+) -->(?P<text>.*?)<!-- /fig -->", re.S)
+MARK = re.compile(r"<!-- fig:(?P<id>[A-Za-z0-9_./\-]+) -->(?P<text>.*?)<!-- /fig -->", re.S)
 NEW = "?"
 
 
@@ -606,12 +606,29 @@ def quotes(paths: Iterable[Path]) -> list[Quote]:
     return out
 
 
+# A run's pooled comparison needs no entry of its own: ratio/RUN/ARM/DEPTH[/cC] is its ratio and
+# interval, mde/RUN/ARM/DEPTH[/cC] its MDE (the verdict tables' figures, quoted in prose).
+FAMILY = re.compile(r"(?P<kind>ratio|mde)/(?P<run>[\w.\-]+)/(?P<arm>[\w.\-]+)/(?P<depth>\d+)(?:/c(?P<c>\d+))?")
+
+
+def figure(fid: str) -> Figure | None:
+    """The registered figure of an id, or the one a comparison id names; None where neither."""
+    if fid in FIGURES:
+        return FIGURES[fid]
+    if not (m := FAMILY.fullmatch(fid)):
+        return None
+    arm, depth, c = m["arm"], int(m["depth"]), int(m["c"] or 1)
+    if m["kind"] == "ratio":
+        return Figure(m["run"], ratio(arm, depth, c), RC)
+    return Figure(m["run"], mde(arm, depth, c), "{:.1f}")
+
+
 def _rendered(ids: Iterable[str], results: Path) -> dict[str, str | Exception]:
     out: dict[str, str | Exception] = {}
     for i in ids:
-        if i in FIGURES:
+        if (f := figure(i)) is not None:
             try:
-                out[i] = FIGURES[i].render(results)
+                out[i] = f.render(results)
             except (LookupError, OSError, ValueError, KeyError, TypeError) as e:
                 out[i] = e
     return out
@@ -625,10 +642,10 @@ def check(root: Path = ROOT, results: Path | None = None, figures: Iterable[str]
     for q in qs:
         where = f"{q.page.relative_to(root)}:{q.line}: fig:{q.id}"
         got = now.get(q.id)
-        if q.id not in FIGURES:
+        if (f := figure(q.id)) is None:
             problems.append(f"{where} is not registered in e2e/report/doc_figures.py")
         elif isinstance(got, Exception):
-            problems.append(f"{where}: cannot be recomputed from results/{FIGURES[q.id].run}: {got}")
+            problems.append(f"{where}: cannot be recomputed from results/{f.run}: {got}")
         elif got != q.text:
             problems.append(f"{where} reads {q.text!r}; its run folder gives {got!r}")
     quoted = {q.id for q in qs}
