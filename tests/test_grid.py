@@ -103,3 +103,45 @@ def test_the_drawn_points_are_one_holm_family_across_the_runs(written):
     assert at_32k_16 and all(r["grid_decision"] == "not measured (KV cache)" for r in at_32k_16)
     stalled = [r for r in rows if (r["run"], r["depth"], r["concurrency"]) == ("h200-load-tp1", 8192, 16)]
     assert stalled[0]["decision"] == "insufficient data" and stalled[0]["grid_decision"] is None  # superseded
+
+
+def test_a_line_joining_runs_of_different_server_flags_is_marked(written):
+    """The c = 1 line joins 8K (hybrid KV-cache manager on) to 32K (off): its marker shape changes,
+    the segment between them is dotted, the legend names the flag and the caption says so."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from e2e.report import figures
+
+    summaries = [(r, grid._summary(ROOT / "results" / r)) for r in RUNS]
+    fs = grid._figure_summary(summaries, grid.pick(summaries))
+    flags = figures.settings(fs["comparisons"])
+    assert sorted(m for m, _ in flags.values()) == ["o", "s"]
+    assert [label for _, label in flags.values() if "--disable-hybrid" in label] == [
+        "h200-load-32k-tp1: --disable-hybrid-kv-cache-manager"
+    ]
+    assert "a line joining two of them is dotted" in (written / grid.GRID_MD).read_text()
+    seen = []
+    orig = plt.Axes.plot
+
+    def spy(self, *a, **k):
+        seen.append((list(a[0]) if a and len(a[0]) else [], k.get("ls")))
+        return orig(self, *a, **k)
+
+    plt.Axes.plot = spy
+    try:
+        figures.ratio_grid(fs, written / "again.png")
+    finally:
+        plt.Axes.plot = orig
+    dotted = [xs for xs, ls in seen if ls == ":"]
+    solid = [xs for xs, ls in seen if ls == "-"]
+    assert dotted and all(max(xs) > 16384 and min(xs) < 16384 for xs in dotted)  # 8K -> 32K only
+    assert solid and all(max(xs) < 16384 for xs in solid)
+    # one run's own grid has one flag set: plain lines, the caption unchanged
+    one = {
+        "run": fs["run"],
+        "comparisons": [{k: v for k, v in r.items() if k != "server_flags"} for r in fs["comparisons"]],
+    }
+    assert len(figures.settings(one["comparisons"])) == 1 and "dotted" not in figures.grid_caption(one)

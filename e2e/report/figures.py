@@ -18,6 +18,7 @@ only between cells that one server served, and no figure where there is nothing 
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +77,17 @@ def ratio_caption(s: dict[str, Any]) -> str:
 
 def grid_caption(s: dict[str, Any]) -> str:
     cs = sorted({_c(c) for c in _pooled(s)})
+    mixed = (
+        " Points measured under different server flags have their own marker shape (the legend names the "
+        "flags that differ), and a line joining two of them is dotted: the runs are not one setting."
+        if len(settings(_pooled(s))) > 1
+        else ""
+    )
     return (
         "A panel per arm pair, each on its own scale: the ratio per depth with its 95 % interval, one line "
         f"per concurrency c (c = {', '.join(map(str, cs))} requests decoding together), a filled marker where "
         "the point was decided (slower, faster, equivalent), hollow where not (its verdict is in the tables); "
-        f"shaded: the ±{s['run']['min_effect_pct']:g} % equivalence margin."
+        f"shaded: the ±{s['run']['min_effect_pct']:g} % equivalence margin.{mixed}"
     )
 
 
@@ -157,6 +164,23 @@ def draw_run(s: dict[str, Any], root: Path) -> list[Path]:
     return out
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def settings(rows: list[dict[str, Any]]) -> dict[Any, tuple[str, str]]:
+    """Per distinct server flags among the rows (`grid` adds each run's; a run's own rows have none):
+    its marker and a legend label naming what sets it apart from the others."""
+    groups = list(dict.fromkeys(r.get("server_flags") for r in rows))
+    split = {g: shlex.split(g) if isinstance(g, str) and g != "-" else [] for g in groups}
+    shared = set.intersection(*(set(v) for v in split.values())) if groups else set()
+    out = {}
+    for i, g in enumerate(groups):
+        extra = [t for t in split[g] if t not in shared]
+        runs = ", ".join(dict.fromkeys(str(r.get("run")) for r in rows if r.get("server_flags") == g))
+        out[g] = (MARKERS[i % len(MARKERS)], f"{runs}: " + (shlex.join(extra) if extra else "shared server flags only"))
+    return out
+
+
 def ratio_grid(s: dict[str, Any], path: Path) -> Path:
     """The grid: a panel per arm pair, a line per concurrency over the depths (a run's, or `grid`'s
     across runs: e2e/report/grid.py)."""
@@ -169,6 +193,7 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
     fig, axes = tables.new_panels(max(7.5, 4.8 * ncol), 3.8 * nrow + 1.1, nrow, ncol)
     margin = 1 + f["min_effect_pct"] / 100
     shift = {c: 2 ** (0.25 * ((i + 0.5) / len(cs) - 0.5)) for i, c in enumerate(cs)}  # x is log2
+    flags = settings(pooled)
     for ax, arm in zip(axes, pairs):
         ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
         ax.axhline(1.0, color="black", lw=0.7, zorder=1)
@@ -178,7 +203,18 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
             if not rows:
                 continue  # this arm has no ratio at this c (a grid across runs: another run's arm)
             xs = [r["depth"] * shift[c] for r in rows]
-            ax.plot(xs, [r["ratio"] for r in rows], color=f"C{i}", lw=1.2, label=f"c = {c}", zorder=2)
+            ax.plot([], [], color=f"C{i}", lw=1.2, label=f"c = {c}")
+            for j in range(1, len(rows)):
+                # a line never joins points measured under different server flags unmarked: dotted there
+                same = rows[j].get("server_flags") == rows[j - 1].get("server_flags")
+                ax.plot(
+                    xs[j - 1 : j + 1],
+                    [rows[j - 1]["ratio"], rows[j]["ratio"]],
+                    color=f"C{i}",
+                    lw=1.2 if same else 1.0,
+                    ls="-" if same else ":",
+                    zorder=2,
+                )
             for x, r in zip(xs, rows):
                 w = outcomes.latency(r["decision"])
                 lo, hi = r.get("ratio_ci_lo"), r.get("ratio_ci_hi")
@@ -186,7 +222,7 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
                     [x],
                     [r["ratio"]],
                     yerr=_yerr(r["ratio"], lo, hi),
-                    fmt="o",
+                    fmt=flags[r.get("server_flags")][0],
                     color=f"C{i}",
                     mfc=f"C{i}" if w and w.decided else "white",
                     capsize=3,
@@ -194,6 +230,9 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
                     zorder=3,
                 )
                 ys += [r["ratio"]] + [v for v in (lo, hi) if v is not None]
+        if len(flags) > 1:  # the flag sets this panel holds, each its marker
+            for g in dict.fromkeys(r.get("server_flags") for r in pooled if r["arm"] == arm):
+                ax.plot([], [], flags[g][0], color="0.3", mfc="white", ls="none", label=flags[g][1])
         depth_axis(ax, sorted({r["depth"] for r in pooled if r["arm"] == arm}))
         _y_range(ax, ys, "decode ratio arm / reference", headroom=0.08)
         ax.set_title(f"{arm} / {f['reference_arm']}", fontsize=9)

@@ -13,7 +13,8 @@ Holm-adjusted together and re-decided, and their MDEs taken at the joint family'
 (alpha / m over every drawn tested point), so the grid controls the family-wise error of everything it
 shows; each run's own verdict (Holm within that run) is listed beside it. The runs must share the
 reference arm, alpha and the minimum effect (one margin on the figure); every other difference in what
-they ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden.
+they ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden, and on the figure a
+line that joins points of runs with different server flags is dotted there, each flag set its marker.
 
 Exit status: 0 written, 2 bad input.
 """
@@ -171,9 +172,13 @@ def _pct(x: float | None) -> str:
 def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What the run report's grid figure reads: the run block's margin and reference, the drawn rows."""
     run = summaries[0][1]["run"]
+    flags = {name: s["server_flags"] for name, s in summaries}
     return {
         "run": {"min_effect_pct": run["min_effect_pct"], "reference_arm": run["reference_arm"]},
-        "comparisons": [{**r, "decision": r.get("grid_decision")} for r in rows if r["drawn"]],  # the joint word
+        # the joint word; each point with its run's server flags (the figure marks a line that joins different ones)
+        "comparisons": [
+            {**r, "decision": r.get("grid_decision"), "server_flags": flags[r["run"]]} for r in rows if r["drawn"]
+        ],
     }
 
 

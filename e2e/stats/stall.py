@@ -16,7 +16,8 @@ min effect: L = BIAS_SHARE x min effect x (long - short), a bias of at most half
 (bias_bound_pct). At a 2 % min effect: 0.56 steps at 64 vs 8 tokens, 0.96 at 128 vs 32, 0.32 at 64 vs
 32 (a fixed half step there allowed 1.6 %, against the 2 % it should resolve). On the committed H200
 load runs (every row of requests.jsonl at c > 1) the rounds under the line stayed under 0.3 step (the
-32K run under 0.06) and the 18 over it, all in results/h200-load-tp1, held 3.4 to 21 steps: the tie
+32K run under 0.06) and the 18 over it, all in results/h200-load-tp1, held 3.4 to 21 steps over every row (the
+stalled rounds the analysis counts: 3.39 to 19.47, docs/concepts/load.md): the tie
 moves none of their verdicts.
 
 Runner (e2e/run/batch.round_problem) and reader (e2e/analysis/stalls.py) apply it at c > 1 only: at
