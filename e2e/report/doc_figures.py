@@ -213,9 +213,12 @@ def arm_geomean(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Seque
 
 def stalled_rounds(r: RunFolder) -> list[tuple[float, float]]:
     """(unexplained ms, in decode steps) of every counted round at c > 1 the stall check refuses."""
+    run = r.summary["run"]
+    w = r.manifest["config"]["workload"]
+    line = stall.line_steps(w["long_tokens"], w["short_tokens"], run["min_effect_pct"])  # the run's own line
     out = []
     for x in r.rounds:
-        if Point.of(x).concurrency > 1 and stall.stall_problem(x, x["n_tokens"]):
+        if Point.of(x).concurrency > 1 and stall.stall_problem(x, x["n_tokens"], line):
             gap = stall.unexplained_s(x)
             assert gap is not None  # a refused round has one
             out.append((1e3 * gap, gap / (x["server_decode_s"] / (x["n_tokens"] - 1))))
