@@ -258,3 +258,30 @@ def test_an_arm_with_a_vllm_older_than_the_supported_range_is_refused(tmp_path, 
     assert errors(err) == [
         f"error: arms.b: {sys.executable} has vllm 0.22.1, older than 0.23.0, the oldest release the harness drives"
     ]
+
+
+# -- what a Gemma 3 arm's release serves on ROCm ---------------------------------------------------------------
+def test_the_dry_run_says_per_arm_whether_rocm_would_ask_the_gate(tmp_path, capsys):
+    model = tmp_path / "gemma3"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Gemma3ForConditionalGeneration"], "vocab_size": 262208}')
+    older = _dist(tmp_path, "0.33.0")  # the release that needs --language-model-only; the venv's is 0.32.0
+    cfg = cfg_file(
+        tmp_path,
+        [
+            {"name": "a"},
+            {"name": "b", "env": {"PYTHONPATH": str(older)}},
+            {"name": "c", "env": {"PYTHONPATH": str(older)}, "args": ["--language-model-only"]},
+        ],
+        model={"path": str(model)},
+    )
+    assert main(["--config", str(cfg), "--dry-run"]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("on ROCm gfx11")]
+    assert [ln.split(":", 1)[0] for ln in lines] == [
+        "on ROCm gfx11, vLLM 0.32.0 serves with ROCM_ATTN, asks the gate",
+        "on ROCm gfx11, vLLM 0.33.0 serves with TRITON_ATTN, never asks the gate",
+        "on ROCm gfx11, vLLM 0.33.0 serves with ROCM_ATTN, asks the gate",
+    ]
+    # a model that is not a Gemma 3: nothing said
+    assert main(["--config", str(cfg_file(tmp_path, [{"name": "a"}, {"name": "b"}])), "--dry-run"]) == 0
+    assert "on ROCm gfx11" not in capsys.readouterr().out
