@@ -155,8 +155,8 @@ def test_rocm_attn_is_first_on_gfx11_and_triton_attn_the_fallback(rel):
     for stmt in fn.body:  # the unconditional tail of the non-MLA path, in order
         if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "not use_kv_connector":
             order.append("ROCM_ATTN")
-        elif isinstance(stmt, ast.Expr) and ast.unparse(stmt.value.func) == "backends.append":  # type: ignore[attr-defined]
-            order.append(ast.unparse(stmt.value.args[0]).rsplit(".", 1)[-1])  # type: ignore[attr-defined]
+        elif isinstance(stmt, ast.Expr) and ast.unparse(stmt.value.func) == "backends.append":
+            order.append(ast.unparse(stmt.value.args[0]).rsplit(".", 1)[-1])
     plain = [b for b in order if b not in QUANT_ONLY]
     assert plain == ["ROCM_ATTN", "TRITON_ATTN"], (rel.version, order)
     triton = _method(rel, "vllm/v1/attention/backends/triton_attn.py", "TritonAttentionBackend.supports_mm_prefix")
@@ -175,7 +175,7 @@ def test_an_mm_prefix_layer_rules_out_a_backend_without_support_and_a_forced_one
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
 def test_only_rocm_attn_reaches_the_gate_and_the_flags_exist(rel):
     (call,) = rel.all(ROCM_ATTN, "RocmAttentionImpl.forward@chunked_prefill_paged_decode(")
-    assert ast.unparse(_tree(call).body[0].value.func) == "chunked_prefill_paged_decode"  # type: ignore[attr-defined]
+    assert ast.unparse(_tree(call).body[0].value.func) == "chunked_prefill_paged_decode"
     asks = rel.all(
         "vllm/v1/attention/ops/chunked_prefill_paged_decode.py",
         "chunked_prefill_paged_decode@use_rocm_custom_paged_attention",
@@ -234,7 +234,7 @@ def test_the_reference_arguments_reach_the_gate_on_every_release():
 
 def test_the_arguments_are_read_as_vllm_reads_them():
     v = "0.33.0"
-    assert targets.predict_rocm_backend(v, MM, ["--attention-backend=TRITON_ATTN"]).backend == "TRITON_ATTN"  # type: ignore[union-attr]
+    assert targets.predict_rocm_backend(v, MM, ["--attention-backend=TRITON_ATTN"]).backend == "TRITON_ATTN"
     for limit in ('{"image": 0}', '{"image": {"count": 0}}'):
         got = targets.predict_rocm_backend(v, MM, ["--limit-mm-per-prompt", limit])
         assert got is not None and got.backend == "ROCM_ATTN", limit
@@ -243,7 +243,7 @@ def test_the_arguments_are_read_as_vllm_reads_them():
         assert got is not None and got.backend == "TRITON_ATTN", limit
     refused = targets.predict_rocm_backend(v, MM, FORCED)
     assert refused is not None and refused.line().startswith("on ROCm gfx11, vLLM 0.33.0 refuses to start")
-    assert targets.predict_rocm_backend("vllm 0.33.0+rocm700", MM, []).backend == "TRITON_ATTN"  # type: ignore[union-attr]
+    assert targets.predict_rocm_backend("vllm 0.33.0+rocm700", MM, []).backend == "TRITON_ATTN"
     # not read: no guess
     assert targets.predict_rocm_backend("0.34.0", MM, []) is None
     assert targets.predict_rocm_backend("0.22.0", MM, []) is None
