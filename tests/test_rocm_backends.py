@@ -241,6 +241,9 @@ def test_the_arguments_are_read_as_vllm_reads_them():
     for limit in ('{"image": 1}', "not json"):
         got = targets.predict_rocm_backend(v, MM, [f"--limit-mm-per-prompt={limit}"])
         assert got is not None and got.backend == "TRITON_ATTN", limit
+    for args in (LMO + ["--enable-mm-embeds"], LMO + ["--no-language-model-only"]):
+        got = targets.predict_rocm_backend(v, MM, args)
+        assert got is not None and got.backend == "TRITON_ATTN", args
     refused = targets.predict_rocm_backend(v, MM, FORCED)
     assert refused is not None and refused.line().startswith("on ROCm gfx11, vLLM 0.33.0 refuses to start")
     assert targets.predict_rocm_backend("vllm 0.33.0+rocm700", MM, []).backend == "TRITON_ATTN"

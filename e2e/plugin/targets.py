@@ -181,9 +181,13 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
 
 
 def _text_only(argv: Sequence[str]) -> bool:
-    """--language-model-only, or an image limit of 0 (Gemma 3's only modality) in --limit-mm-per-prompt."""
-    if "--language-model-only" in argv:
-        return True
+    """--language-model-only, or an image limit of 0 (Gemma 3's only modality) in --limit-mm-per-prompt;
+    not with --enable-mm-embeds (precomputed embeddings keep the model multimodal)."""
+    if "--enable-mm-embeds" in argv:
+        return False
+    said = [a for a in argv if a in ("--language-model-only", "--no-language-model-only")]
+    if said:
+        return said[-1] == "--language-model-only"
     try:
         limit = json.loads(_flag(argv, "--limit-mm-per-prompt") or "null")
     except json.JSONDecodeError:
