@@ -265,21 +265,21 @@ def test_the_dry_run_says_per_arm_whether_rocm_would_ask_the_gate(tmp_path, caps
     model = tmp_path / "gemma3"
     model.mkdir()
     (model / "config.json").write_text('{"architectures": ["Gemma3ForConditionalGeneration"], "vocab_size": 262208}')
-    older = _dist(tmp_path, "0.33.0")  # the release that needs --language-model-only; the venv's is 0.32.0
+    older, newer = _dist(tmp_path, "0.31.0"), _dist(tmp_path, "0.33.0")  # beside the venv's 0.32.0
     cfg = cfg_file(
         tmp_path,
         [
             {"name": "a"},
             {"name": "b", "env": {"PYTHONPATH": str(older)}},
-            {"name": "c", "env": {"PYTHONPATH": str(older)}, "args": ["--language-model-only"]},
+            {"name": "c", "env": {"PYTHONPATH": str(newer)}, "args": ["--language-model-only"]},
         ],
         model={"path": str(model)},
     )
     assert main(["--config", str(cfg), "--dry-run"]) == 0
     lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("on ROCm gfx11")]
     assert [ln.split(":", 1)[0] for ln in lines] == [
-        "on ROCm gfx11, vLLM 0.32.0 serves with ROCM_ATTN, asks the gate",
-        "on ROCm gfx11, vLLM 0.33.0 serves with TRITON_ATTN, never asks the gate",
+        "on ROCm gfx11, vLLM 0.32.0 serves with TRITON_ATTN, never asks the gate",
+        "on ROCm gfx11, vLLM 0.31.0 serves with ROCM_ATTN, asks the gate",
         "on ROCm gfx11, vLLM 0.33.0 serves with ROCM_ATTN, asks the gate",
     ]
     # a model that is not a Gemma 3: nothing said

@@ -60,7 +60,7 @@ def rocm_attn_mm_prefix(rel: ex.Release) -> bool:
     return bool(_returns_constant(_method(rel, ROCM_ATTN, "RocmAttentionBackend.supports_mm_prefix")))
 
 
-def text_side_mm_prefix(rel: ex.Release) -> bool:
+def marks_text_config(rel: ex.Release) -> bool:
     """gemma3_mm sets `config.text_config.is_mm_prefix_lm = True` before building its language model."""
     for src in rel.all(GEMMA3_MM, "Gemma3ForConditionalGeneration.__init__@text_config"):
         for n in ast.walk(_tree(src)):
@@ -71,6 +71,20 @@ def text_side_mm_prefix(rel: ex.Release) -> bool:
             ):
                 return bool(n.value.value)
     return False
+
+
+def decoder_mm_prefix(rel: ex.Release) -> bool:
+    """The wrapper's is_mm_prefix_lm reaches the language model's layers: marked on text_config, or
+    a cached_property read before the model is built (its copy keeps the cached value)."""
+    head = rel.get("vllm/config/model.py", "ModelConfig.is_mm_prefix_lm")
+    assert head is not None, rel.version
+    (fn,) = [n for n in ast.walk(_tree(head)) if isinstance(n, ast.FunctionDef)]
+    cached = [ast.unparse(d) for d in fn.decorator_list] == ["cached_property"]
+    assert cached or [ast.unparse(d) for d in fn.decorator_list] == ["property"], rel.version
+    read_first = rel.all("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.__init__@is_mm_prefix_lm") + rel.all(
+        ROCM, "RocmPlatform.check_and_update_config@is_mm_prefix_lm"
+    )
+    return marks_text_config(rel) or (cached and any("model_config.is_mm_prefix_lm" in s for s in read_first))
 
 
 def _convertor(rel: ex.Release) -> ast.FunctionDef:
@@ -91,7 +105,7 @@ def text_only_clears(rel: ex.Release) -> bool:
 
 
 def derived(rel: ex.Release) -> targets.RocmRelease:
-    return targets.RocmRelease(rocm_attn_mm_prefix(rel), text_side_mm_prefix(rel), text_only_clears(rel))
+    return targets.RocmRelease(rocm_attn_mm_prefix(rel), decoder_mm_prefix(rel), text_only_clears(rel))
 
 
 def _key(rel: ex.Release) -> tuple[int, int, int]:
@@ -111,11 +125,11 @@ def test_every_release_of_the_table_is_carried():
 
 
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
-def test_the_text_side_of_gemma3_is_mm_prefix_only_where_the_model_says_so(rel):
-    # The language model is built from text_config under a config whose arch facts are recomputed
-    # from it, and the attention layer reads is_mm_prefix_lm from that current config: so a
-    # gemma3_text config (not in the fallback list, no is_mm_prefix_lm attribute unless gemma3_mm
-    # sets one) gives layers that are not mm-prefix.
+def test_the_language_model_is_built_under_a_copy_of_the_wrappers_config(rel):
+    # The language model is built from text_config under a copy of the config whose arch facts are
+    # recomputed from it, and the attention layer reads is_mm_prefix_lm from that current config. A
+    # gemma3_text config is not in the fallback list and has no is_mm_prefix_lm attribute unless
+    # gemma3_mm sets one: recomputed, it is not mm-prefix (what a cached value overrides).
     built = [
         c
         for src in rel.all(GEMMA3_MM, "Gemma3ForConditionalGeneration.__init__@text_config")
@@ -209,7 +223,7 @@ def test_the_prediction_follows_the_release(rel):
     facts = derived(rel)
     default = targets.predict_rocm_backend(rel.version, MM, [])
     assert default is not None
-    mm_prefix = facts.text_side_mm_prefix
+    mm_prefix = facts.decoder_mm_prefix
     blocked = mm_prefix and not facts.rocm_attn_mm_prefix
     assert (default.backend, default.asks_gate) == (("TRITON_ATTN", False) if blocked else ("ROCM_ATTN", True))
     forced = targets.predict_rocm_backend(rel.version, MM, FORCED)
@@ -252,3 +266,67 @@ def test_the_arguments_are_read_as_vllm_reads_them():
     assert targets.predict_rocm_backend("0.22.0", MM, []) is None
     assert targets.predict_rocm_backend("0.32.0", "LlamaForCausalLM", []) is None
     assert targets.predict_rocm_backend("unknown", MM, []) is None
+
+
+# -- the mechanism, on the venv's real vLLM --------------------------------------------------------------------
+CHECK = """
+import copy, json, sys
+from vllm.engine.arg_utils import EngineArgs
+out = {}
+for lmo in (False, True):
+    mc = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, language_model_only=lmo).create_model_config()
+    lm = copy.deepcopy(mc)  # what VllmConfig.with_hf_config does for the language model
+    lm.hf_config = mc.hf_config.text_config
+    lm.model_arch_config = lm.get_model_arch_config()
+    unread = lm.is_mm_prefix_lm
+    wrapper = mc.is_mm_prefix_lm  # read, as the platform's config check and the GPU runner do first
+    lm = copy.deepcopy(mc)
+    lm.hf_config = mc.hf_config.text_config
+    lm.model_arch_config = lm.get_model_arch_config()
+    out[str(lmo)] = [wrapper, unread, lm.is_mm_prefix_lm]
+print("answer:", json.dumps(out))
+"""
+STUB = """__version__ = "0.0"
+class _Any:
+    def __getattr__(self, k): return _Any()
+    def __call__(self, *a, **k): return _Any()
+def __getattr__(k):
+    if k.startswith("__"): raise AttributeError(k)
+    return _Any()
+"""
+
+
+@pytest.mark.skipif(not (VENV / "vllm" / "__init__.py").is_file(), reason="needs the venv's vLLM")
+def test_the_venvs_vllm_gives_the_language_model_the_wrappers_cached_value(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from e2e.twin.targets import resolve_target
+
+    cfg = resolve_target("gemma-3-27b-it-w4a16", multimodal=True).config
+    cfg.pop("quantization_config", None)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(cfg))
+    # torchvision is not installed here; gemma3_mm's processor imports it, and no image is processed
+    # on this config path: a stand-in package answers every attribute (vLLM inspects the model in a
+    # subprocess, so it goes on PYTHONPATH).
+    for mod in ("__init__", "io", "ops", "utils", "transforms/__init__", "transforms/functional"):
+        f = tmp_path / "stub" / "torchvision" / f"{mod}.py"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(STUB)
+    for mod in ("transforms/v2/__init__", "transforms/v2/functional"):
+        f = tmp_path / "stub" / "torchvision" / f"{mod}.py"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(STUB)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "stub")}
+    r = subprocess.run(
+        [sys.executable, "-c", CHECK, str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=300
+    )
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("answer: ")), None)
+    assert line is not None, r.stderr[-2000:]
+    got = json.loads(line[len("answer: ") :])
+    # wrapper mm-prefix / recomputed for the language model unread / with the wrapper's value cached
+    assert got == {"False": [True, False, True], "True": [False, False, False]}
+    assert derived(next(r for r in RELEASES if r.version.endswith("-venv"))).decoder_mm_prefix

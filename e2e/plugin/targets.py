@@ -133,21 +133,23 @@ class RocmRelease:
     tests/test_rocm_backends.py); docs/concepts/rocm-backends.md has the table."""
 
     rocm_attn_mm_prefix: bool  # RocmAttentionBackend.supports_mm_prefix()
-    # Gemma3ForConditionalGeneration sets text_config.is_mm_prefix_lm before building its language
-    # model; before 0.33 that model is built from text_config (model_type gemma3_text, not in vLLM's
-    # mm-prefix list), so its attention layers never asked for mm-prefix support.
-    text_side_mm_prefix: bool
+    # Gemma3ForConditionalGeneration's decoder layers are mm-prefix. Its language model is built under
+    # a copy of the model config whose arch facts are recomputed from text_config (gemma3_text: not
+    # mm-prefix), but from 0.25 ModelConfig.is_mm_prefix_lm is a cached_property: once read (the ROCm
+    # platform's config check from 0.30, the V1 GPU runner's __init__), the copy keeps the wrapper's
+    # True. 0.33 also marks text_config itself. 0.23 and 0.24 recompute it: False.
+    decoder_mm_prefix: bool
     # --language-model-only (or an image limit of 0) turns is_mm_prefix_lm off (supports_multimodal).
     text_only_clears: bool
 
 
 # Read from the sdists of every release 0.23.0 to 0.33.0 on PyPI (vllm/platforms/rocm.py,
-# vllm/v1/attention/backends/rocm_attn.py, vllm/model_executor/models/gemma3_mm.py, ...).
+# vllm/v1/attention/backends/rocm_attn.py, vllm/config/model.py, vllm/model_executor/models/gemma3_mm.py, ...).
 ROCM_RELEASES: dict[tuple[int, int, int], RocmRelease] = {
-    **{(0, m, p): RocmRelease(True, False, False) for m, p in ((23, 0), (24, 0), (25, 0), (25, 1), (26, 0))},
-    **{(0, m, p): RocmRelease(True, False, True) for m, p in ((27, 0), (27, 1), (28, 0), (29, 0), (30, 0), (31, 0))},
-    (0, 32, 0): RocmRelease(False, False, True),
-    (0, 33, 0): RocmRelease(False, True, True),
+    **{(0, m, 0): RocmRelease(True, False, False) for m in (23, 24)},
+    **{(0, m, p): RocmRelease(True, True, False) for m, p in ((25, 0), (25, 1), (26, 0))},
+    **{(0, m, p): RocmRelease(True, True, True) for m, p in ((27, 0), (27, 1), (28, 0), (29, 0), (30, 0), (31, 0))},
+    **{(0, m, 0): RocmRelease(False, True, True) for m in (32, 33)},
 }
 GEMMA3_MM, GEMMA3_TEXT = "Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"
 GATE_BACKEND = "ROCM_ATTN"  # the only backend whose forward calls chunked_prefill_paged_decode, the gate's caller
@@ -205,16 +207,16 @@ def predict_rocm_backend(vllm_version: str, architecture: str, server_argv: Sequ
         return None
     shown = ".".join(map(str, v or ()))
     text_only = _text_only(server_argv)
-    mm_prefix = architecture == GEMMA3_MM and rel.text_side_mm_prefix and not (text_only and rel.text_only_clears)
+    mm_prefix = architecture == GEMMA3_MM and rel.decoder_mm_prefix and not (text_only and rel.text_only_clears)
     rocm_ok = rel.rocm_attn_mm_prefix or not mm_prefix
     if architecture == GEMMA3_TEXT:
         layers = "a text-only model"
-    elif not mm_prefix and rel.text_side_mm_prefix:
-        layers = "the language model is text-only (--language-model-only or no images), so not mm-prefix"
-    elif not mm_prefix:
-        layers = "its language model is built from text_config (gemma3_text), so its layers are not mm-prefix"
+    elif mm_prefix:
+        layers = "its decoder layers are mm-prefix (a multimodal Gemma 3)"
+    elif rel.decoder_mm_prefix:
+        layers = "text-only serving (--language-model-only or no images) turns mm-prefix off"
     else:
-        layers = "its layers are mm-prefix (gemma3_mm marks text_config)"
+        layers = "its language model's config is recomputed from text_config, so not mm-prefix"
     forced = _flag(server_argv, "--attention-backend")
     if forced:
         if forced == GATE_BACKEND and not rocm_ok:

@@ -57,8 +57,10 @@ ROCM_SPEC: dict[str, tuple[str, ...]] = {
     "vllm/platforms/rocm.py": (
         "_get_backend_priorities*",
         "RocmPlatform.get_attn_backend_cls@Selected backend",
+        "RocmPlatform.check_and_update_config@is_mm_prefix_lm",
         "use_rocm_custom_paged_attention*",
     ),
+    "vllm/v1/worker/gpu_model_runner.py": ("GPUModelRunner.__init__@is_mm_prefix_lm",),
     "vllm/v1/attention/backend.py": ("AttentionBackend.validate_configuration@supports_mm_prefix",),
     "vllm/v1/attention/backends/rocm_attn.py": (
         "RocmAttentionBackend.supports_mm_prefix*",
@@ -74,7 +76,7 @@ ROCM_SPEC: dict[str, tuple[str, ...]] = {
     "vllm/model_executor/model_loader/utils.py": ("initialize_model@set_current_vllm_config",),
     "vllm/model_executor/models/gemma3_mm.py": ("Gemma3ForConditionalGeneration.__init__@text_config",),
     "vllm/config/vllm.py": ("VllmConfig.with_hf_config@get_model_arch_config",),
-    "vllm/config/model.py": ("ModelConfig.get_model_arch_config*",),
+    "vllm/config/model.py": ("ModelConfig.get_model_arch_config*", "ModelConfig.is_mm_prefix_lm"),
     "vllm/transformers_utils/model_arch_config_convertor.py": ("ModelArchConfigConvertorBase.is_mm_prefix_lm*",),
     "vllm/config/multimodal.py": ("MultiModalConfig.get_limit_per_prompt@language_model_only",),
     "vllm/engine/arg_utils.py": (
