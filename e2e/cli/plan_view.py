@@ -1,5 +1,6 @@
 """`run --dry-run`: the run's validation and its plan. It prints the cells (a table, or JSON with
---json), what each arm's servers run (interpreter, vLLM, patches, env and argv, secrets redacted),
+--json), what each arm's servers run (interpreter, vLLM, patches, env and argv, secrets redacted; for a
+Gemma 3, the attention backend its release serves it with on ROCm and whether that asks the gate),
 the gsm8k step, what the plan should resolve and what it costs (predicted from earlier runs:
 e2e/analysis/prior.py, e2e/cli/plan_cost.py), then exits 2 with one line per problem when the run
 would refuse it (e2e/run/preflight.py: the same check the run makes before its first server)."""
@@ -58,6 +59,8 @@ def _arms(console: Any, found: Preflight) -> None:
             console, f"  env: {env or 'none'} (the harness adds its own: the plugin's, the API key, the compile cache)"
         )
         _say(console, f"  argv: {a.argv}")
+        if a.rocm:  # a Gemma 3: whether this arm's release reaches the gate on ROCm (docs/concepts/rocm-backends.md)
+            _say(console, f"  {a.rocm}")
 
 
 def _gsm8k(console: Any, found: Preflight) -> None:

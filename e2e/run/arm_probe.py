@@ -18,6 +18,7 @@ from pathlib import Path
 
 from e2e.design.config import ArmCfg, Config
 from e2e.plugin.contract import BUILTIN_PATCHES, TARGET_FORM, WRAPS_ATTR
+from e2e.plugin.targets import SUPPORTED_FROM, release
 from e2e.safety.redact import scrub, secret_values
 from e2e.serve.launch import plugin_env, server_python
 
@@ -156,6 +157,15 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
     got = json.loads(answer)
     out.vllm = got["vllm"] or "not installed"
     out.wraps = got.get("wraps") or {}
+    # A run on it would fail at its first server (or drive a vLLM the recorder and plugin were never read against).
+    version = release(got["vllm"]) if got["vllm"] else None
+    oldest = ".".join(map(str, SUPPORTED_FROM))
+    if not got["vllm"]:
+        out.problems.append(f"arms.{arm.name}: {py} has no vLLM ({' or '.join(VLLM_DISTS)} is not installed there)")
+    elif version is not None and version < SUPPORTED_FROM:
+        out.problems.append(
+            f"arms.{arm.name}: {py} has {got['vllm']}, older than {oldest}, the oldest release the harness drives"
+        )
     for name in arm.patches:
         why = got["patches"].get(name)
         if why:

@@ -8,6 +8,8 @@ the run itself (session.start and session.resume, through `require`) call, so th
                   every function it declares it wraps exists there; a built-in's target is in that
                   interpreter's vLLM; and whether each arm can be caught inert (patch_evidence)
     model         a local model folder prompts can be drawn for (its config.json), or model.vocab_size
+    ROCm backend  for a Gemma 3, what each arm's vLLM would serve it with on ROCm and whether that asks
+                  the gate (e2e/plugin/targets.py predict_rocm_backend): shown, never refused
     gsm8k         when the sign-off will run: its arms, tasks, lm-eval (the `gsm8k` extra), test split
 
 What only a running server can show (a start that fails, a patch failing in a worker) is not here.
@@ -15,9 +17,11 @@ What only a running server can show (a start that fails, a patch failing in a wo
 
 from __future__ import annotations
 
+import json
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from e2e.accuracy import command as gsm8k_step
 from e2e.accuracy.tasks import FULL_SIZE
@@ -25,6 +29,7 @@ from e2e.accuracy.unit import plan_units
 from e2e.design.config import ArmCfg, Config
 from e2e.errors import UserError
 from e2e.plugin.contract import ENV_ROUTING_MODE
+from e2e.plugin import targets
 from e2e.run.arm_probe import ArmProbe, probe_arm
 from e2e.run.measure import TokenSampler
 from e2e.rundir import patch_evidence
@@ -46,6 +51,7 @@ class ArmFacts:
     env: dict[str, str]
     argv: str
     inert_check: str = ""  # whether the run can tell this arm's patch changed nothing (patch_evidence)
+    rocm: str | None = None  # what its vLLM serves a Gemma 3 with on ROCm (None: not a Gemma 3, vLLM unknown)
 
 
 @dataclass(frozen=True)
@@ -83,9 +89,10 @@ def check(cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k
         out.problems.append(f"model.path {cfg.model.path!r}: its config.json or tokenizer.json is unreadable: {exc}")
     with ThreadPoolExecutor(max_workers=len(cfg.arms)) as pool:
         probes = list(pool.map(lambda a: _arm(cfg, a), cfg.arms))
+    arch = _architecture(cfg.model.path)
     for arm, probe in zip(cfg.arms, probes, strict=True):
         out.problems += probe.problems
-        out.arms.append(_facts(cfg, arm, probe))
+        out.arms.append(_facts(cfg, arm, probe, arch))
     out.gsm8k_off = None if cfg.gsm8k.enabled and gsm8k else "gsm8k.enabled = false" if gsm8k else "--no-gsm8k"
     if out.gsm8k_off is None:
         try:
@@ -113,12 +120,38 @@ def _arm(cfg: Config, arm: ArmCfg) -> ArmProbe:
         return ArmProbe(server_python(cfg, arm), problems=[str(exc)])
 
 
-def _facts(cfg: Config, arm: ArmCfg, probe: ArmProbe) -> ArmFacts:
+def _architecture(model_path: str) -> str | None:
+    """The first of the local model folder's config.json architectures (None: a hub name, unreadable)."""
+    try:
+        archs = json.loads((Path(model_path) / "config.json").read_text()).get("architectures") or [None]
+    except (OSError, ValueError, AttributeError):
+        return None
+    return archs[0] if isinstance(archs[0], str) else None
+
+
+def _rocm_line(arch: str | None, vllm: str, args: list[str]) -> str | None:
+    if arch not in (targets.GEMMA3_MM, targets.GEMMA3_TEXT) or targets.release(vllm) is None:
+        return None
+    p = targets.predict_rocm_backend(vllm, arch, args)
+    if p is None:
+        first, last = (".".join(map(str, v)) for v in (min(targets.ROCM_RELEASES), max(targets.ROCM_RELEASES)))
+        return f"on ROCm gfx11: no prediction for {vllm} (the releases read are {first} to {last})"
+    return p.line()
+
+
+def _facts(cfg: Config, arm: ArmCfg, probe: ArmProbe, arch: str | None = None) -> ArmFacts:
     spec = server_spec(cfg, arm, None)
     argv = spec.argv(0)
     argv[argv.index("--port") + 1] = PORT
     off = {**cfg.server.env, **arm.env}.get(ENV_ROUTING_MODE) == "off"
     check = patch_evidence.check_line(arm.name == cfg.arms[0].name, arm.patches, probe.wraps, off)
     return ArmFacts(
-        arm.name, probe.python, probe.vllm, arm.patches, redact_env(spec.env), shlex.join(redact_args(argv)), check
+        arm.name,
+        probe.python,
+        probe.vllm,
+        arm.patches,
+        redact_env(spec.env),
+        shlex.join(redact_args(argv)),
+        check,
+        _rocm_line(arch, probe.vllm, [*cfg.server.extra_args, *arm.args]),
     )
