@@ -28,8 +28,8 @@ from e2e.accuracy.tasks import FULL_SIZE
 from e2e.accuracy.unit import plan_units
 from e2e.design.config import ArmCfg, Config
 from e2e.errors import UserError
-from e2e.plugin.contract import ENV_ROUTING_MODE
 from e2e.plugin import targets
+from e2e.plugin.contract import ENV_ROUTING_MODE
 from e2e.run.arm_probe import ArmProbe, probe_arm
 from e2e.run.measure import TokenSampler
 from e2e.rundir import patch_evidence
