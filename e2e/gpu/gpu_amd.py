@@ -349,6 +349,78 @@ def _energy_j(e: Any) -> float | None:
     return None if acc is None or res is None else acc * res / 1e6
 
 
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read(200).strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _smi_inventory(smi: Any) -> dict[str, Any]:
+    """Every AMD GPU in PCI order with its driver, VRAM and gfx arch; the library's and ROCm's versions."""
+    lib_error = smi.AmdSmiLibraryException
+
+    def opt(name: str, *args: Any) -> Any:
+        fn = getattr(smi, name, None)
+        try:
+            return fn(*args) if fn else None
+        except lib_error:
+            return None
+
+    smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
+    try:
+        gpus = []
+        for h in sorted(smi.amdsmi_get_processor_handles(), key=smi.amdsmi_get_gpu_device_bdf):
+            asic = opt("amdsmi_get_gpu_asic_info", h) or {}
+            driver = opt("amdsmi_get_gpu_driver_info", h) or {}
+            vram = opt("amdsmi_get_gpu_vram_info", h) or {}
+            gpus.append(
+                {
+                    "bdf": smi.amdsmi_get_gpu_device_bdf(h),
+                    "name": asic.get("market_name"),
+                    "gfx_arch": asic.get("target_graphics_version"),
+                    "driver": driver.get("driver_version"),
+                    "vram_mib": vram.get("vram_size"),  # amdsmi gives MB
+                }
+            )
+        out: dict[str, Any] = {"gpus": gpus}
+        lib = opt("amdsmi_get_lib_version")
+        if isinstance(lib, dict):
+            out["amdsmi_lib"] = ".".join(str(lib.get(k)) for k in ("major", "minor", "release"))
+        rocm = opt("amdsmi_get_rocm_version")
+        if isinstance(rocm, (tuple, list)) and len(rocm) == 2 and rocm[0]:
+            out["rocm"] = str(rocm[1])
+        return out
+    finally:
+        smi.amdsmi_shut_down()
+
+
+def provenance(env: Mapping[str, str], deadline: float, within: Callable[..., Any]) -> dict[str, Any]:
+    """The manifest's AMD facts: {} on a machine without ROCm or amdsmi (nothing AMD to say).
+    ROCm's version from its install (ROCM_PATH, else /opt/rocm: .info/version) or amdsmi; the
+    amdgpu kernel module's version where it is a DKMS build (an in-kernel driver has none)."""
+    out: dict[str, Any] = {}
+    root = env.get("ROCM_PATH") or env.get("ROCM_HOME") or "/opt/rocm"
+    rocm = _read_text(os.path.join(root, ".info", "version"))
+    if rocm:
+        out["rocm"] = rocm
+    kmod = _read_text("/sys/module/amdgpu/version")
+    if kmod:
+        out["amdgpu_module"] = kmod
+    try:
+        smi = amdsmi_module()
+    except ImportError:
+        return out
+    except Exception as exc:  # a broken install: said, never a traceback
+        return {**out, "amdsmi_error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    try:
+        got = within(lambda: _smi_inventory(smi), "amdsmi", deadline)
+    except Exception as exc:
+        return {**out, "amdsmi_error": getattr(exc, "err_info", None) or " ".join(str(exc).split())[:200]}
+    return {**got, **out}  # ROCm's own file over amdsmi's reading of it
+
+
 def open_amd(
     env: Mapping[str, str], tp: int, deadline: float, within: Callable[..., Any]
 ) -> tuple[AmdSmi | AmdSmiCli | None, str]:

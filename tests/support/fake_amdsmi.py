@@ -186,6 +186,22 @@ def amdsmi_get_gpu_asic_info(h: _Handle) -> dict[str, Any]:
     }
 
 
+def amdsmi_get_gpu_driver_info(h: _Handle) -> dict[str, Any]:
+    return {"driver_name": "amdgpu", "driver_version": "6.10.5", "driver_date": "2015/01/01 00:00"}
+
+
+def amdsmi_get_gpu_vram_info(h: _Handle) -> dict[str, Any]:
+    return {"vram_type": 9, "vram_vendor": "SAMSUNG", "vram_size": 20464, "vram_bit_width": 320}
+
+
+def amdsmi_get_lib_version() -> dict[str, Any]:
+    return {"major": 25, "minor": 5, "release": 1, "build": "0"}
+
+
+def amdsmi_get_rocm_version() -> tuple[bool, str]:
+    return True, "6.4.1"
+
+
 def _events(gpu: int) -> list[dict[str, Any]]:
     t = _state["tick"]
     return [e for e in _s().get("events", []) if e.get("gpu", 0) == gpu and e.get("from", 0) <= t < e.get("to", 10**9)]
