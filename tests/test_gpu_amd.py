@@ -18,7 +18,7 @@ import pytest
 from e2e.gpu import gpu_amd, gpu_probe, gpu_state
 from e2e.report import report_gpu
 from e2e.run.executors.ray_tasks import pin_gpus
-from tests.support import executable, fake_amdsmi
+from tests.support import ROOT, executable, fake_amdsmi
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 from tests.test_gpu_state import cells, no_report, run, stranger  # noqa: F401
 
@@ -377,7 +377,6 @@ def test_a_plan_prior_from_another_gpu_is_named_and_not_used(tmp_path):
 
     from e2e.analysis import prior
     from e2e.design.config import config_from_manifest
-    from tests.support import ROOT
 
     src = ROOT / "results" / "h200-precision-tp1"
     (tmp_path / "h200").mkdir()
@@ -403,3 +402,33 @@ def test_the_run_to_run_prior_is_widened_and_named_on_another_gpu():
     assert amd_.sd(p, True) == pytest.approx(2 * h200.sd(p, True))
     assert "fitted on the NVIDIA H200, not on this run's Radeon RX 7900 XT" in amd_.source
     assert run_prior.run_sd(0.4, gpu="Radeon RX 7900 XT").source == "--run-sd 0.4"  # an override stands
+
+
+# -- the seed's machine's config -------------------------------------------------------------------------
+RX_CONFIG = ROOT / "configs" / "rx7900xt-gemma3-27b-tp2.toml"
+
+
+def test_the_rx_7900_xt_config_passes_the_dry_run_without_the_model_folder(capsys):
+    from e2e.cli import main
+
+    assert main(["--config", str(RX_CONFIG), "--dry-run", "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--gpu-memory-utilization 0.85 --language-model-only --attention-backend ROCM_ATTN" in out
+    assert "-cc '{\"cudagraph_capture_sizes\": [1]}'" in out and "nothing the run would refuse" in out
+
+
+def test_the_rx_7900_xt_configs_stated_sizing_is_what_the_roofline_computes():
+    from e2e.design.config import load_config
+    from e2e.gpu.roofline import geometry, step_bytes
+    from e2e.twin.targets import GEMMA3_27B_TEXT, W4A16, quantization_config
+
+    cfg = load_config(RX_CONFIG)
+    g = geometry({**GEMMA3_27B_TEXT, "quantization_config": quantization_config(W4A16, ["lm_head"])})
+    b = step_bytes(g, cfg.model.max_model_len, cfg.server.tensor_parallel_size)
+    text = RX_CONFIG.read_text()
+    gib = {k: f"{v / 2**30:.2f} GiB" for k, v in b.items()}
+    for key in ("weights", "lm_head", "kv"):
+        assert gib[key] in text, (key, gib[key])
+    assert f"{(b['weights'] + b['lm_head']) / 2**30:.2f} GiB" in text
+    full = g.layers * cfg.model.max_model_len * 2 * (g.kv_heads // 2) * g.head_dim * 2
+    assert f"{full / 2**30:.2f} GiB" in text  # the KV without the hybrid manager
