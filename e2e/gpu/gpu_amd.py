@@ -59,7 +59,7 @@ def amdsmi_module() -> Any:
             spec.loader.exec_module(mod)
             sys.modules["e2e_fake_amdsmi"] = mod
         return sys.modules["e2e_fake_amdsmi"]
-    import amdsmi  # type: ignore[import-not-found]
+    import amdsmi
 
     return amdsmi
 
@@ -164,7 +164,7 @@ class AmdSmi:
         """A function of this amdsmi; a version without it reads as NOT_SUPPORTED, never AttributeError."""
         fn = getattr(self.smi, name, None)
         if fn is not None:
-            return fn  # type: ignore[no-any-return]
+            return fn
 
         def missing(*_: Any) -> Any:
             exc = self.lib_error(NOT_SUPPORTED)
@@ -259,7 +259,7 @@ class AmdSmiCli:
         self.exe, self.deadline = exe, deadline
         every = sorted(
             ({"gpu": g.get("gpu"), "bdf": g.get("bdf") or "", "uuid": g.get("uuid")} for g in self._json("list")),
-            key=lambda g: g["bdf"],
+            key=lambda g: str(g["bdf"]),
         )
         pos, why = select(env, every, tp)
         if why:

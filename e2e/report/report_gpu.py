@@ -87,9 +87,9 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
     states = [r.get("gpu_state") or {} for r in rows]
     blind = [g for g in states if g and not g.get("available") and g.get("policy") in ("retry", "fail")]
     if rows and len(blind) == len(rows):  # the policy acted on nothing: said among the warnings, not only above
-        why = "; ".join(sorted({str(g.get("reason") or "no reason recorded") for g in blind}))
+        reasons = "; ".join(sorted({str(g.get("reason") or "no reason recorded") for g in blind}))
         out.append(
-            f"GPU state read in none of the {len(rows)} cell(s) ({why}): --gpu-exclusive "
+            f"GPU state read in none of the {len(rows)} cell(s) ({reasons}): --gpu-exclusive "
             f"{blind[0].get('policy')} acted on nothing; another process on the GPU would not have been seen"
         )
     # One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
