@@ -109,7 +109,9 @@ def test_every_cell_row_carries_amdsmi_readings_and_throttle_status_is_a_throttl
     assert rc == 0, out
     g = cells(r)["p1-d16-a"]["gpu_state"]
     assert g["available"] and g["source"] == "amdsmi" and g["own_seen"] is True
-    assert g["gpus"] == [{"index": 0, "uuid": "5fff74-fake-0", "name": "Radeon RX 7900 XT"}]
+    assert g["gpus"] == [
+        {"index": 0, "uuid": "5fff74-fake-0", "name": "Radeon RX 7900 XT", "bdf": "0000:03:00.0", "arch": "gfx1100"}
+    ]
     assert g["sm_mhz"] == [2100, 2394] and g["power_w"] == [290, 290]
     assert g["round_power_w"] and all(200 < w < 400 for w in g["round_power_w"])  # from the energy counter
     assert g["throttled_rounds"] == [1] and g["throttle_reasons"] == ["throttle_status"]

@@ -13,7 +13,9 @@ never inside a timed request (the schedule is a contract: tests script the fake 
 
 A sample holds, per GPU: its compute processes (each own = in the server's session, or foreign), SM
 and memory clocks, power, temperature, the clock-event ("throttle") reasons, and NVML's cumulative
-power/thermal violation times and energy. The cumulative counters are why no background sampler
+power/thermal violation times and energy (an AMD GPU's: e2e/gpu/gpu_amd.py, a throttle status for
+the reasons, violation accumulators on MI300+ only). A run whose GPUs cannot be read at all says so
+before its first server (preflight; `fail` refuses to start). The cumulative counters are why no background sampler
 runs: their difference across a round is what happened during its requests, whatever the GPU did
 between two samples, and with no thread the timed region costs nothing extra by construction.
 
@@ -256,7 +258,8 @@ class ServerWatch:
         return {
             **base,
             "source": backend.source,
-            "gpus": [{k: g.get(k) for k in ("index", "uuid", "name")} for g in first],
+            # bdf and arch: an AMD GPU's (gpu_amd.py), matched by bus id
+            "gpus": [{k: g.get(k) for k in ("index", "uuid", "name", "bdf", "arch") if k in g} for g in first],
             "samples": len(gpus),
             "contaminated": bool(self.seen),
             "foreign": list(self.seen.values()),
