@@ -153,7 +153,13 @@ def test_fail_refuses_to_start_when_no_gpu_can_be_read(tmp_path, standin, capsys
     assert rc == 2
     flat = " ".join(out.split())
     assert "GPU state cannot be read (" in flat and "AMDSMI_STATUS_INIT_ERROR" in flat and "refusing to start" in flat
-    assert not (r / "cells.jsonl").exists() or not cells(r)  # nothing measured
+    assert not r.exists()  # refused before a run folder exists (e2e/run/preflight.py)
+    dry = " ".join(
+        amd_run(tmp_path, standin, capsys, {"init_error": 34}, extra=("--gpu-exclusive", "fail", "--dry-run"))[
+            1
+        ].split()
+    )
+    assert "error: GPU state cannot be read (" in dry  # the dry run names it as the run would
 
 
 def test_warn_runs_blind_without_a_start_line(tmp_path, standin, capsys, amd):
