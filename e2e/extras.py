@@ -13,6 +13,7 @@ EXTRAS = {
     "gsm8k": ("lm_eval",),  # the sign-off (e2e/accuracy/)
     "ray": ("ray",),  # --executor ray (e2e/run/executors/)
     "kernels": ("torch",),  # kernels_check/
+    "amd": ("amdsmi",),  # AMD GPU state under ROCm (e2e/gpu/gpu_amd.py; never required: amd-smi, else said)
 }
 
 

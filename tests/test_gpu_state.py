@@ -335,9 +335,11 @@ def test_without_pynvml_or_with_an_empty_device_list_the_reason_says_so(monkeypa
     monkeypatch.setattr(gpu_probe, "nvml_module", missing)
     monkeypatch.setenv("PATH", "/nonexistent")
     s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
-    assert s["available"] is False and s["reason"] == "nvidia-ml-py (pynvml) is not installed; no nvidia-smi"
+    # then AMD's (tests/test_gpu_amd.py): amdsmi is not installed here either
+    amd = "amdsmi is not installed (pip install '.[amd]'); no amd-smi"
+    assert s["available"] is False and s["reason"] == f"nvidia-ml-py (pynvml) is not installed; no nvidia-smi; {amd}"
     s = gpu_probe.GpuProbe.open({"CUDA_VISIBLE_DEVICES": ""}, 1).sample("pre-start")
-    assert s["reason"] == "CUDA_VISIBLE_DEVICES='': the server sees no GPU"
+    assert s["reason"] == f"CUDA_VISIBLE_DEVICES='': the server sees no GPU; {amd}"
 
 
 def test_gpus_follow_cuda_visible_devices_as_vllm_does():
@@ -599,6 +601,9 @@ def test_nvml_names_that_are_not_utf8_are_shown_not_a_traceback(faulty, monkeypa
     assert s["available"] and s["gpus"][0]["name"] == "Fake \\xffH200"
 
 
+NO_AMD = "; amdsmi is not installed (pip install '.[amd]'); no amd-smi"  # then AMD's, not here either
+
+
 def smi(tmp_path, monkeypatch, body: str) -> None:
     """A stand-in nvidia-smi (this machine has none) and no pynvml: the probe's fallback."""
     executable(tmp_path / "nvidia-smi", f"#!/bin/sh\n{body}\n")
@@ -615,8 +620,8 @@ def test_nvidia_smi_output_that_is_not_utf8_is_a_failed_reading(tmp_path, monkey
     smi(tmp_path, monkeypatch, r"printf '0, GPU-aa, NVIDIA H200\377, 1980, 3201, 495.50, 47, 0x0\n'")
     s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
     assert s["available"] is False
-    assert (
-        s["reason"] == "nvidia-ml-py (pynvml) is not installed; nvidia-smi: printed bytes that are not UTF-8 (b'\\xff')"
+    assert s["reason"] == (
+        "nvidia-ml-py (pynvml) is not installed; nvidia-smi: printed bytes that are not UTF-8 (b'\\xff')" + NO_AMD
     )
 
 
@@ -627,6 +632,7 @@ def test_a_flooding_nvidia_smi_is_cut_off(tmp_path, monkeypatch):
     assert (
         s["reason"]
         == f"nvidia-ml-py (pynvml) is not installed; nvidia-smi: printed more than {gpu_probe.SMI_MAX_BYTES} bytes"
+        + NO_AMD
     )
 
 
@@ -638,7 +644,7 @@ def test_a_hanging_nvidia_smi_is_stopped_at_its_deadline(tmp_path, monkeypatch):
     t0 = time.monotonic()
     s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
     assert time.monotonic() - t0 < 8
-    assert s["reason"] == "nvidia-ml-py (pynvml) is not installed; nvidia-smi: did not answer within 1 s"
+    assert s["reason"] == "nvidia-ml-py (pynvml) is not installed; nvidia-smi: did not answer within 1 s" + NO_AMD
     pid = int(pidfile.read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 

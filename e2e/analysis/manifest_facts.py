@@ -17,9 +17,10 @@ def vllm_version(manifest: dict[str, Any]) -> str | None:
 
 
 def gpu_name(manifest: dict[str, Any]) -> str | None:
-    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or []
-    if smi:
-        names = sorted({g.get("name") for g in smi if g.get("name")})
+    gpu = manifest.get("gpu") or {}
+    smi = gpu.get("nvidia_smi") or (gpu.get("amd") or {}).get("gpus") or []  # nvidia-smi's, else amdsmi's
+    names = sorted({g.get("name") for g in smi if g.get("name")})
+    if names:
         return names[0] if len(names) == 1 else " / ".join(names)
     for info in (manifest.get("arms") or {}).values():
         gpus = (info.get("installation") or {}).get("gpus")

@@ -16,6 +16,7 @@ stated default has no interval (nothing was measured).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from scipy import stats as st
 
 from e2e.analysis.manifest_facts import gpu_name
-from e2e.rundir.manifest import gpu_driver
+from e2e.rundir.manifest import gpu_driver, installation
 from e2e.stats import planning, verdicts
 from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
@@ -40,18 +41,26 @@ def model_identity(cfg_model: dict[str, Any]) -> str:
     return cfg_model.get("twin_of") or Path(str(cfg_model.get("path", ""))).name
 
 
-def this_gpu() -> str | None:
-    smi = gpu_driver().get("nvidia_smi") or []
-    names = sorted({g.get("name") for g in smi if g.get("name")})
-    return names[0] if len(names) == 1 else (" / ".join(names) if names else None)
+def this_gpu(cfg: Any = None) -> str | None:
+    """This machine's GPU by name: nvidia-smi's, else amdsmi's (e2e/rundir/manifest.py gpu_driver),
+    else torch's in the first arm's interpreter where a GPU device node exists (ROCm without amdsmi)."""
+    name = gpu_name({"gpu": gpu_driver()})
+    if name is None and cfg is not None and any(os.path.exists(d) for d in ("/dev/kfd", "/dev/nvidiactl")):
+        from e2e.serve.launch import server_python
+
+        inst = installation(server_python(cfg, cfg.arms[0]), timeout_s=60.0)
+        name = gpu_name({"arms": {"first": {"installation": inst}}})
+    return name
 
 
-def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Components, str] | None:
+def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[tuple[planning.Components, str] | None, str | None]:
     """The newest report under `folder` of the same model, tensor parallel and GPU with a variance
-    model that covers every planned point: its components, and a line naming it. gpu None (planning on a machine without one): any
-    GPU's run will do, and the line names the GPU it came from."""
+    model that covers every planned point: (its components and a line naming it, None). gpu None
+    (planning on a machine whose GPU cannot be named): any GPU's run will do, and the line names the
+    GPU it was fitted on as such. A run of another GPU is never used where this one is named: (None, a
+    line naming the newest such run), so the stated default says what it passed over."""
     want = (model_identity(cfg.model.model_dump()), cfg.server.tensor_parallel_size, gpu)
-    best = None
+    best, other = None, None
     for s in folder.glob("*/summary.json") if folder.is_dir() else []:
         try:
             data = json.loads(s.read_text())
@@ -65,19 +74,32 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[planning.Compon
                 int((mcfg.get("server") or {}).get("tensor_parallel_size", 1)),
                 gpu_name(man),
             )
-            if have[:2] != want[:2] or (gpu is not None and have[2] != gpu):
+            if have[:2] != want[:2]:
                 continue
             if not set(cfg.workload.points) <= {Point.of(g) for g in vm_.get("groups") or []}:
                 continue
             started = man.get("started") or ""
+            if gpu is not None and have[2] != gpu:
+                if other is None or started > other[0]:
+                    other = (started, s.parent, have[2])
+                continue
             if best is None or started > best[0]:
                 best = (started, vm_, s.parent, have[2])
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue  # an unreadable folder is no prior; the run itself reports such folders
     if best is None:
-        return None
+        skipped = None
+        if other is not None:
+            skipped = f"not {other[1]}: fitted on {other[2] or 'no GPU'}, not on this machine's {gpu}"
+        return None, skipped
     comp = planning.Components.from_dict(best[1], source=str(best[2]))
-    return comp, f"the variance model of {best[2]} ({best[3] or 'no GPU'}, {best[0]})"
+    if gpu is None:
+        return (
+            comp,
+            f"the variance model of {best[2]}, fitted on {best[3] or 'no GPU'} ({best[0]}; this "
+            "machine's GPU could not be named: it holds only if the plan runs on that GPU)",
+        ), None
+    return (comp, f"the variance model of {best[2]} ({best[3] or 'no GPU'}, {best[0]})"), None
 
 
 def default_components(arms: list[str], points: list[Point]) -> planning.Components:
@@ -90,7 +112,7 @@ def plan_components(cfg: Any, folder: Path | None = None, gpu: str | None = None
     depths, else the stated default), and a line naming where they came from."""
     arms = [a.name for a in cfg.arms]
     points = cfg.workload.points
-    found = find_prior(cfg, folder or Path(cfg.run.out), gpu)
+    found, skipped = find_prior(cfg, folder or Path(cfg.run.out), gpu)
     if found:
         comp, source = found
         try:
@@ -100,7 +122,8 @@ def plan_components(cfg: Any, folder: Path | None = None, gpu: str | None = None
     return (
         default_components(arms, points),
         (
-            f"the stated default (no earlier run of this model on {gpu or 'this machine'}): server sd "
+            f"the stated default (no earlier run of this model on {gpu or 'this machine'}"
+            f"{'; ' + skipped if skipped else ''}): server sd "
             f"{100 * DEFAULT['sd_server']:g} %, per-value sd {100 * DEFAULT['rel_sd']:g} % of the difference"
         ),
     )

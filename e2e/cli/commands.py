@@ -209,7 +209,7 @@ class Run(Command):
             from e2e.cli.plan_view import print_plan
             from e2e.run import preflight
 
-            found = preflight.check(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa)
+            found = preflight.check(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa, opts.executor.kind == "local")
             return print_plan(cfg, cells, a.json, found)
         return session.start(cfg, cells, folder, make_console(stderr=True), opts)
 

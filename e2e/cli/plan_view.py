@@ -86,7 +86,7 @@ def _prediction(console: Any, cfg: Config, cells: list[Cell]) -> None:
     from e2e.analysis.prior import plan_components, this_gpu
     from e2e.cli.plan_cost import plan_cost
 
-    gpu = this_gpu()
+    gpu = this_gpu(cfg)
     widest = _resolves(console, cfg, cells, gpu)
     cost = plan_cost(cfg, cells, plan_components(cfg, gpu=gpu)[0], widest)
     _say(

@@ -3,8 +3,9 @@ marked own (the server's) or foreign. The schedule of readings and the policy ov
 e2e/gpu/gpu_state.py's.
 
 NVML through nvidia-ml-py (module `pynvml`), imported on first use; `nvidia-smi` when pynvml cannot
-be had (no violation or energy counters there). No GPU, no driver, neither tool: every sample is
-{"available": false, "reason": ...} and nothing fails.
+be had (no violation or energy counters there); where neither reads a GPU, AMD's amdsmi, else
+`amd-smi` (e2e/gpu/gpu_amd.py: ROCm, rows of the same shape). No GPU, no driver, no tool: every
+sample is {"available": false, "reason": ...} naming each thing tried, and nothing fails.
 
 Every reading has a deadline (DEADLINE_S): a wedged driver blocks an NVML call in C, where nothing
 can interrupt it, so the reading runs on a daemon thread that is left behind when it does not answer,
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from e2e.gpu import gpu_amd
 from e2e.safety.bounded_run import run_text
 
 DEADLINE_S = 15.0  # one reading, or opening the backend (NVML answers in milliseconds)
@@ -48,7 +50,7 @@ THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # power or thermal: what slows a time
 
 
 class Backend(Protocol):
-    """What reads the GPUs: NVML or nvidia-smi."""
+    """What reads the GPUs: NVML, nvidia-smi, amdsmi or amd-smi."""
 
     source: str
 
@@ -301,11 +303,19 @@ class GpuProbe:
         backend: Backend | None = None
         if not why:
             backend, why = _open_backend(selectors)
+        if backend is None:  # no NVIDIA GPU read: an AMD one (ROCm has its own visibility variables)
+            backend, amd_why = gpu_amd.open_amd(env, tp, DEADLINE_S, within)
+            why = None if backend is not None else f"{why}; {amd_why}"
         return cls(selectors, backend, why)
 
     @property
     def available(self) -> bool:
         return self.backend is not None
+
+    def notice(self) -> str | None:
+        """What this GPU does not report (an AMD GPU's NOT_SUPPORTED readings), in one line."""
+        fn = getattr(self.backend, "notice", None)
+        return fn() if fn else None
 
     def sample(self, label: str, leader: int | None = None, server_id: str | None = None) -> dict[str, Any]:
         """One reading, every process marked own (the server's session) or foreign."""

@@ -13,7 +13,9 @@ never inside a timed request (the schedule is a contract: tests script the fake 
 
 A sample holds, per GPU: its compute processes (each own = in the server's session, or foreign), SM
 and memory clocks, power, temperature, the clock-event ("throttle") reasons, and NVML's cumulative
-power/thermal violation times and energy. The cumulative counters are why no background sampler
+power/thermal violation times and energy (an AMD GPU's: e2e/gpu/gpu_amd.py, a throttle status for
+the reasons, violation accumulators on MI300+ only). A run whose GPUs cannot be read at all says so
+before its first server (preflight; `fail` refuses to start). The cumulative counters are why no background sampler
 runs: their difference across a round is what happened during its requests, whatever the GPU did
 between two samples, and with no thread the timed region costs nothing extra by construction.
 
@@ -66,6 +68,27 @@ class GpuBusy(UserError):
 
 class GpuExclusiveStop(UserError):
     """fail: a foreign process on a cell's GPU stops the run."""
+
+
+def preflight(probe: GpuProbe, policy: str, note: Callable[[str], None]) -> None:
+    """Before the run's first server: a GPU state that cannot be read is said at once, naming what was
+    tried (the policies act only on readings, so `retry` and `fail` would otherwise be silently
+    blind); `fail` refuses to start. A GPU that does not report some readings (NOT_SUPPORTED) is
+    said too. The probe is the first server group's own (no extra open: the schedule stays as it is)."""
+    if not probe.available:
+        if policy == "warn":
+            return
+        text = (
+            f"GPU state cannot be read ({probe.reason}): --gpu-exclusive {policy} cannot see another process on the GPU"
+        )
+        if policy == "fail":
+            probe.close()
+            raise UserError(f"{text}; refusing to start (--gpu-exclusive warn runs without it)")
+        note(f"warning: {text}; every cell counts as measured, and the report says so")
+        return
+    said = probe.notice()
+    if said:
+        note(f"note: {said}")
 
 
 # -- the policy over one server group's life ---------------------------------------------------------
@@ -235,7 +258,8 @@ class ServerWatch:
         return {
             **base,
             "source": backend.source,
-            "gpus": [{k: g.get(k) for k in ("index", "uuid", "name")} for g in first],
+            # bdf and arch: an AMD GPU's (gpu_amd.py), matched by bus id
+            "gpus": [{k: g.get(k) for k in ("index", "uuid", "name", "bdf", "arch") if k in g} for g in first],
             "samples": len(gpus),
             "contaminated": bool(self.seen),
             "foreign": list(self.seen.values()),
@@ -264,12 +288,19 @@ class ServerWatch:
 
 
 def _throttled(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
-    """Why the round between two samples ran throttled: a power/thermal violation time that grew (NVML
-    counts it continuously), or a throttle reason at the closing sample."""
+    """Why the round between two samples ran throttled: a power/thermal violation counter that grew (NVML
+    and amdsmi on MI300+ count continuously), or a throttle reason / status at the closing sample."""
     why: set[str] = set()
     for b, a in zip(before["gpus"], after["gpus"]):
         why.update(n for bit, n in REASONS.items() if bit & THROTTLE & (a.get("reasons") or 0))
-        for key, name in (("power_violation_ns", "power_violation"), ("thermal_violation_ns", "thermal_violation")):
+        if a.get("throttle"):  # amdsmi's throttle_status (AMD: no reason bits)
+            why.add("throttle_status")
+        for key, name in (
+            ("power_violation_ns", "power_violation"),
+            ("thermal_violation_ns", "thermal_violation"),
+            ("power_violation_acc", "power_violation"),  # amdsmi's accumulators (MI300+): counts, not ns
+            ("thermal_violation_acc", "thermal_violation"),
+        ):
             if a.get(key) is not None and b.get(key) is not None and a[key] > b[key]:
                 why.add(name)
     return why

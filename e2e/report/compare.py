@@ -188,9 +188,10 @@ def add_run_sd_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_sd_of(args: argparse.Namespace, r: RunAnalysis) -> run_to_run.RunSd:
-    """The flags', else run r's config stats.run_sd_pct, else the stated prior."""
+    """The flags', else run r's config stats.run_sd_pct, else the stated prior (named and widened
+    where r ran on another GPU than the prior's)."""
     pct = ((r.manifest.get("config") or {}).get("stats") or {}).get("run_sd_pct")
-    return run_prior.run_sd(getattr(args, "run_sd", None), getattr(args, "run_prior", None), pct)
+    return run_prior.run_sd(getattr(args, "run_sd", None), getattr(args, "run_prior", None), pct, gpu_name(r.manifest))
 
 
 def say_run_sd(console: Console, run_sd: run_to_run.RunSd, applied: list[float], what: str) -> None:

@@ -124,9 +124,14 @@ def signoff(s: dict[str, Any]) -> list[str]:
 def how_it_ran(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path) -> list[str]:
     f = s["run"]
     ref = (manifest.get("arms") or {}).get(f["reference_arm"]) or {}
-    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or []
+    amd = (manifest.get("gpu") or {}).get("amd") or {}
+    smi = (manifest.get("gpu") or {}).get("nvidia_smi") or amd.get("gpus") or []
     driver = sorted({g.get("driver") for g in smi if g.get("driver")})
-    gpu = (f["gpu"] or "no GPU recorded") + (f" (driver {', '.join(driver)})" if driver else "")
+    arch = sorted({g.get("gfx_arch") for g in smi if g.get("gfx_arch")})
+    facts = [f"driver {', '.join(driver)}"] if driver else []
+    facts += [", ".join(arch)] if arch else []
+    facts += [f"ROCm {amd['rocm']}"] if amd.get("rocm") else []
+    gpu = (f["gpu"] or "no GPU recorded") + (f" ({'; '.join(facts)})" if facts else "")
     model = f"`{f['model']}`" + (f", a random-weight twin of `{f['twin_of']}` (latency only)" if f["twin_of"] else "")
     md = [
         "### How it ran",

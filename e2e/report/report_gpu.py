@@ -84,6 +84,14 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
         elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
             out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
     out += _unread(rows)
+    states = [r.get("gpu_state") or {} for r in rows]
+    blind = [g for g in states if g and not g.get("available") and g.get("policy") in ("retry", "fail")]
+    if rows and len(blind) == len(rows):  # the policy acted on nothing: said among the warnings, not only above
+        reasons = "; ".join(sorted({str(g.get("reason") or "no reason recorded") for g in blind}))
+        out.append(
+            f"GPU state read in none of the {len(rows)} cell(s) ({reasons}): --gpu-exclusive "
+            f"{blind[0].get('policy')} acted on nothing; another process on the GPU would not have been seen"
+        )
     # One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
     # cell alike, and eight identical lines would hide the one cell that differs.
     measured = [r["cell_id"] for r in rows if (r.get("gpu_state") or {}).get("samples")]

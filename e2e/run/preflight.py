@@ -11,6 +11,8 @@ the run itself (session.start and session.resume, through `require`) call, so th
     ROCm backend  for a Gemma 3, what each arm's vLLM would serve it with on ROCm and whether that asks
                   the gate (e2e/plugin/targets.py predict_rocm_backend): shown, never refused
     gsm8k         when the sign-off will run: its arms, tasks, lm-eval (the `gsm8k` extra), test split
+    GPU state     under --gpu-exclusive fail, that this machine's GPUs can be read (e2e/gpu/gpu_probe.py;
+                  a local run: Ray's nodes check their own, e2e/gpu/gpu_state.py preflight)
 
 What only a running server can show (a start that fails, a patch failing in a worker) is not here.
 """
@@ -18,6 +20,7 @@ What only a running server can show (a start that fails, a patch failing in a wo
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -78,9 +81,16 @@ class Preflight:
             raise UserError("\nerror: ".join(self.problems))
 
 
-def check(cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k_aa: str | None = None) -> Preflight:
-    """Everything above, for `cfg` as the run would run it (gsm8k: unless --no-gsm8k)."""
+def check(
+    cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k_aa: str | None = None, local: bool = True
+) -> Preflight:
+    """Everything above, for `cfg` as the run would run it (gsm8k: unless --no-gsm8k; local: the
+    cells run on this machine, not on Ray's nodes)."""
     out = Preflight()
+    if local and cfg.run.gpu_exclusive == "fail":
+        blind = _unreadable_gpu(cfg)
+        if blind:
+            out.problems.append(blind)
     try:
         out.sampler = TokenSampler.for_model(cfg.model.path, cfg.workload.seed, cfg.model.vocab_size)
     except UserError as exc:
@@ -105,11 +115,30 @@ def check(cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k
     return out
 
 
-def require(cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k_aa: str | None = None) -> Preflight:
+def require(
+    cfg: Config, gsm8k: bool = True, gsm8k_limit: int | None = None, gsm8k_aa: str | None = None, local: bool = True
+) -> Preflight:
     """check(), refused (UserError, every problem) unless nothing is wrong: the run's first step."""
-    found = check(cfg, gsm8k, gsm8k_limit, gsm8k_aa)
+    found = check(cfg, gsm8k, gsm8k_limit, gsm8k_aa, local)
     found.refuse()
     return found
+
+
+def _unreadable_gpu(cfg: Config) -> str | None:
+    """--gpu-exclusive fail where no GPU can be read: the policy could act on nothing, so the run is
+    refused before a run folder exists (the line names each reader tried)."""
+    from e2e.gpu.gpu_probe import GpuProbe
+
+    probe = GpuProbe.open({**os.environ, **cfg.server.env}, cfg.server.tensor_parallel_size)
+    try:
+        if probe.available:
+            return None
+        return (
+            f"GPU state cannot be read ({probe.reason}): --gpu-exclusive fail cannot see another process "
+            "on the GPU; refusing to start (--gpu-exclusive warn runs without it)"
+        )
+    finally:
+        probe.close()
 
 
 def _arm(cfg: Config, arm: ArmCfg) -> ArmProbe:

@@ -57,7 +57,9 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
         "arms": arm_info,
         "host": mf.host(),
         "gpu": gpu,
-        "gpu_bandwidth": _gpu_bandwidth(cfg, gpu, pythons[cfg.arms[0].name]),
+        "gpu_bandwidth": _gpu_bandwidth(
+            cfg, gpu, pythons[cfg.arms[0].name], installs[pythons[cfg.arms[0].name]].get("gpus")
+        ),
         "git": mf.git_commit(mf.project_root()),
         # what ran, by content too: a copy with a stale or no .git is still identified (e2e/rundir/identity.py)
         "code": identity.identify(mf.project_root(), config),
@@ -66,13 +68,14 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
     }
 
 
-def _gpu_bandwidth(cfg: Config, gpu: dict[str, Any], python: str) -> dict[str, Any]:
+def _gpu_bandwidth(cfg: Config, gpu: dict[str, Any], python: str, torch_gpus: list[str] | None) -> dict[str, Any]:
     """The read bandwidth this run's GPU reaches, measured once before any server holds it (the
-    roofline's second floor). Skipped without an NVIDIA GPU or when stats.measure_bandwidth is off."""
+    roofline's second floor). Any GPU torch drives (NVIDIA, or AMD through HIP: torch calls it "cuda");
+    skipped where neither nvidia-smi, amdsmi nor the arm's torch sees one, or stats.measure_bandwidth is off."""
     if not cfg.stats.measure_bandwidth:
         return {"available": False, "reason": "stats.measure_bandwidth = false"}
-    if not gpu.get("nvidia_smi"):
-        return {"available": False, "reason": "no NVIDIA GPU (nvidia-smi found none)"}
+    if not (gpu.get("nvidia_smi") or (gpu.get("amd") or {}).get("gpus") or torch_gpus):
+        return {"available": False, "reason": "no GPU (nvidia-smi, amdsmi and the arm's torch found none)"}
     from e2e.gpu import bandwidth
 
     env = {**os.environ, **cfg.server.env}

@@ -100,6 +100,7 @@ class Runner:
         # retry: how long a GPU held before a start may take to clear (Ray: 0, another slot takes it)
         self.gpu_wait_s = gpu_state.PRESTART_WAIT_S if gpu_wait_s is None else gpu_wait_s
         self.inert_said: set[tuple[str, Point]] = set()  # (arm, point) already said inert on the console
+        self._gpu_said = False  # gpu_state.preflight: once a run
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> list[CellRowDict]:
@@ -180,12 +181,11 @@ class Runner:
     def _watch(self, key: str, arm: ArmCfg) -> gpu_state.ServerWatch:
         """The GPU watch over a group's servers, with the attempts an earlier run of it voided."""
         env = {**os.environ, **self.cfg.server.env, **arm.env}
-        watch = gpu_state.ServerWatch(
-            gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size),
-            self.cfg.run.gpu_exclusive,
-            self.progress.note,
-            self.gpu_wait_s,
-        )
+        probe = gpu_state.GpuProbe.open(env, self.cfg.server.tensor_parallel_size)
+        if not self._gpu_said:  # the run's first group: a GPU that cannot be read is said before it starts
+            self._gpu_said = True
+            gpu_state.preflight(probe, self.cfg.run.gpu_exclusive, self.progress.note)
+        watch = gpu_state.ServerWatch(probe, self.cfg.run.gpu_exclusive, self.progress.note, self.gpu_wait_s)
         watch.load_voided(self.store.cell_dir(key))
         return watch
 

@@ -66,7 +66,7 @@ class Options:
 def _preflight(cfg: Config, opts: Options) -> TokenSampler:
     """Everything the run would refuse, before a run folder exists and before any server starts:
     the same check `run --dry-run` makes (e2e/run/preflight.py); the prompts' sampler it built."""
-    found = preflight.require(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa)
+    found = preflight.require(cfg, opts.gsm8k, opts.gsm8k_limit, opts.gsm8k_aa, opts.executor.kind == "local")
     assert found.sampler is not None  # require() refused a model without one
     return found.sampler
 

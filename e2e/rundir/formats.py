@@ -153,7 +153,7 @@ class GpuCellState(_Part):
     available: bool  # False: no GPU, no driver or no NVML here (`reason` says which)
     reason: str | None = None
     policy: Literal["retry", "warn", "fail"]
-    source: Literal["nvml", "nvidia-smi"] | None = None
+    source: Literal["nvml", "nvidia-smi", "amdsmi", "amd-smi"] | None = None
     gpus: list[dict[str, Any]] = []  # index, uuid, name
     samples: int = 0
     failed_readings: int = 0  # readings that failed where readings were possible (samples: those that did not)

@@ -28,6 +28,11 @@ ENV_PREFIXES = (
     "NVIDIA_",
     "HIP_",
     "ROCM_",
+    # ROCm's runtime, collectives and kernels (VLLM_ROCM_* are VLLM_ already)
+    "ROCR_",
+    "HSA_",
+    "RCCL_",
+    "FLASH_ATTENTION_",
     "PYTHONPATH",
     "LD_LIBRARY_PATH",
     "TRANSFORMERS_",
@@ -46,6 +51,11 @@ try:
     out["hip"] = getattr(torch.version, "hip", None)
     if torch.cuda.is_available():
         out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        out["gpu_properties"] = []  # the gfx arch on ROCm (gcnArchName), VRAM on any GPU
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out["gpu_properties"].append({"name": p.name, "vram_mib": p.total_memory // 2**20,
+                                          "gcn_arch": getattr(p, "gcnArchName", None)})
 except Exception as e:
     out["torch_error"] = repr(e)
 import sys; out["python"] = sys.version.split()[0]; out["executable"] = sys.executable
@@ -90,7 +100,7 @@ def gpu_driver() -> dict[str, Any]:
     try:
         out = run_text(argv, SMI_DEADLINE_S, SMI_MAX_BYTES)
     except FileNotFoundError:
-        return {}
+        return amd_driver()
     except (OSError, RuntimeError) as exc:
         return {"nvidia_smi_error": str(exc)[:200]}
     try:
@@ -98,6 +108,16 @@ def gpu_driver() -> dict[str, Any]:
         return {"nvidia_smi": [{"name": a, "driver": b, "memory": c} for a, b, c in rows]}
     except ValueError:
         return {"nvidia_smi_error": f"not the CSV asked for: {out.strip()[:200]!r}"}
+
+
+def amd_driver() -> dict[str, Any]:
+    """Without nvidia-smi: AMD's GPUs, driver, VRAM, gfx arch and ROCm version (e2e/gpu/gpu_amd.py),
+    as {"amd": {...}}; {} where there is nothing AMD to read."""
+    from e2e.gpu import gpu_amd
+    from e2e.gpu.gpu_probe import within
+
+    got = gpu_amd.provenance(os.environ, SMI_DEADLINE_S, within)
+    return {"amd": got} if got else {}
 
 
 def git_commit(repo: Path) -> dict[str, Any]:

@@ -93,8 +93,16 @@ class _Gpu(_Open):
     name: str | None = None
 
 
+class _AmdGpus(_Open):
+    """amdsmi's inventory (e2e/gpu/gpu_amd.py provenance): gpus (bdf, name, gfx_arch, driver, vram_mib), rocm."""
+
+    gpus: list[_Gpu] = []
+    rocm: str | None = None
+
+
 class _Gpus(_Open):
     nvidia_smi: list[_Gpu] = []
+    amd: _AmdGpus | None = None  # where nvidia-smi is absent and ROCm or amdsmi is present
 
 
 class _Model(_Open):

@@ -16,7 +16,7 @@ Script, as configure(dict) in-process or a JSON file named by E2E_FAKE_NVML_SCRI
     init_error    nvmlInit raises NVMLError with this text
     unsupported   names of functions that raise NVMLError ("Not Supported")
     events        [{"from": t0, "to": t1 (exclusive; default forever), "probe": k (the k-th
-                  nvmlInit, from 1; default every one), "gpu": i (default 0), and any of
+                  nvmlInit that reads, from 1; default every one), "gpu": i (default 0), and any of
                   "foreign": [{"pid", "used_mib"}], "reasons": bitmask, "power_violation_ms": per tick,
                   "sm_mhz", "mem_mhz", "power_w", "temp_c"}]
 """
@@ -80,7 +80,9 @@ def nvmlInit() -> None:
     s = _script()
     if s.get("init_error"):
         raise NVMLError(s["init_error"])
-    _state.update(inits=_state["inits"] + 1, tick=-1, t=time.time(), violation_ns={}, energy_mj={})
+    # a probe counts from its first reading: the run's start check (e2e/run/preflight.py) opens one
+    # that never reads, and the script's probe numbers stay the server groups'
+    _state.update(fresh=True, tick=-1, t=time.time(), violation_ns={}, energy_mj={})
 
 
 def nvmlShutdown() -> None:
@@ -129,6 +131,8 @@ def _own_pids() -> list[int]:
 
 def nvmlDeviceGetComputeRunningProcesses(h: int) -> list[Any]:
     if h == 0:
+        if _state.pop("fresh", False):
+            _state["inits"] += 1
         _state["tick"] += 1
         now, dt = time.time(), time.time() - _state["t"]
         _state["t"] = now

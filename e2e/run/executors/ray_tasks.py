@@ -40,6 +40,19 @@ def _remote(**options: Any) -> Callable[[Callable[..., Any]], Task]:
     return deco
 
 
+def pin_gpus(environ: Any, gpus: list[int]) -> None:
+    """The slot's GPUs for the server. NVIDIA: CUDA_VISIBLE_DEVICES names them. ROCm: Ray has already
+    set HIP_VISIBLE_DEVICES (older Ray: ROCR_VISIBLE_DEVICES) for this task, which is kept; a
+    CUDA_VISIBLE_DEVICES beside it would index into what those leave (and vLLM's ROCm platform
+    refuses one that differs from HIP_VISIBLE_DEVICES), so it goes."""
+    if not gpus:
+        return
+    if environ.get("HIP_VISIBLE_DEVICES") or environ.get("ROCR_VISIBLE_DEVICES"):
+        environ.pop("CUDA_VISIBLE_DEVICES", None)
+        return
+    environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+
+
 @_remote(max_retries=0)
 def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
     """Start the group's server(s) here and measure its cells with the run loop (e2e/run/runner.py);
@@ -58,8 +71,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
 
     if os.path.isdir(job["cwd"]):
         os.chdir(job["cwd"])  # relative paths in the config mean what they meant on the driver
-    if job["gpus"]:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job["gpus"])  # the slot's GPUs
+    pin_gpus(os.environ, job["gpus"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     live_servers.set_owner(job["harness"])  # its servers are orphans once the driver is gone, not this worker
     send(("hello", os.getpid(), ray.get_runtime_context().get_node_id()))
