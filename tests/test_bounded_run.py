@@ -1,5 +1,5 @@
 """No hang, bounded memory for the tools the harness runs (issue 35 item 5): the manifest's
-nvidia-smi reading (e2e/rundir/manifest.py gpu_driver) runs through the one bounded runner
+nvidia-smi reading (e2e/gpu/gpu_driver.py) runs through the one bounded runner
 (e2e/safety/bounded_run.py) that the GPU probe uses too, so a tool that floods, hangs or prints
 bytes that are not UTF-8 is one failed reading in bounded time and memory.
 
@@ -16,7 +16,8 @@ import time
 import psutil
 import pytest
 
-from e2e.rundir import manifest
+from e2e.gpu import gpu_driver as manifest
+from e2e.rundir import manifest as run_manifest
 from e2e.safety.bounded_run import run_bounded, run_text
 from tests.support import executable
 
@@ -107,19 +108,19 @@ def test_run_text_returns_stdout_and_names_a_failed_exit(tmp_path):
 
 
 def test_an_arm_interpreter_that_floods_or_hangs_is_one_failed_probe_in_bounded_time(tmp_path, monkeypatch):
-    """manifest.installation() asks each arm's interpreter for its vLLM: a stand-in interpreter (a
+    """manifest.installation() (e2e/rundir/manifest.py) asks each arm's interpreter for its vLLM: a stand-in interpreter (a
     script, since no real Python floods on demand) that floods stdout, or hangs, is one error line,
     not unbounded memory or a wait of the whole probe timeout past a flood."""
     flood = executable(tmp_path / "flood-python", "#!/bin/sh\nexec yes 0123456789\n")
-    monkeypatch.setattr(manifest, "PROBE_MAX_BYTES", 1 << 16)
+    monkeypatch.setattr(run_manifest, "PROBE_MAX_BYTES", 1 << 16)
     t0 = time.monotonic()
-    got = manifest.installation(str(flood), timeout_s=20)
+    got = run_manifest.installation(str(flood), timeout_s=20)
     assert got == {"error": f"printed more than {1 << 16} bytes", "executable": str(flood)}
     assert time.monotonic() - t0 < 10
     hang = executable(tmp_path / "hang-python", "#!/bin/sh\nsleep 60\n")
-    got = manifest.installation(str(hang), timeout_s=1)
+    got = run_manifest.installation(str(hang), timeout_s=1)
     assert got == {"error": "did not answer within 1 s", "executable": str(hang)}
     broken = executable(tmp_path / "broken-python", "#!/bin/sh\necho 'No module named vllm' >&2\nexit 1\n")
-    assert manifest.installation(str(broken)) == {"error": "No module named vllm", "executable": str(broken)}
-    ok = manifest.installation(sys.executable)
+    assert run_manifest.installation(str(broken)) == {"error": "No module named vllm", "executable": str(broken)}
+    ok = run_manifest.installation(sys.executable)
     assert ok.get("executable") == sys.executable and "error" not in ok

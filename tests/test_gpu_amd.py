@@ -306,7 +306,7 @@ def test_amd_smi_printing_no_json_is_a_failed_start_in_one_line(tmp_path, monkey
 
 # -- provenance ----------------------------------------------------------------------------------------
 def test_the_manifest_records_amd_driver_vram_arch_and_rocm_where_nvidia_smi_is_absent(amd, tmp_path, monkeypatch):
-    from e2e.rundir import manifest as mf
+    from e2e.gpu import gpu_driver as mf
 
     fake_amdsmi.configure({"order": [1, 0]})
     (tmp_path / ".info").mkdir()
@@ -327,7 +327,7 @@ def test_the_manifest_records_amd_driver_vram_arch_and_rocm_where_nvidia_smi_is_
 
 
 def test_a_broken_amdsmi_in_the_manifest_is_one_field_and_no_amd_is_nothing(monkeypatch):
-    from e2e.rundir import manifest as mf
+    from e2e.gpu import gpu_driver as mf
 
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv("ROCM_PATH", "/nonexistent")

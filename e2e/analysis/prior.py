@@ -24,7 +24,8 @@ import numpy as np
 from scipy import stats as st
 
 from e2e.analysis.manifest_facts import gpu_name
-from e2e.rundir.manifest import gpu_driver, installation
+from e2e.gpu.gpu_driver import gpu_driver
+from e2e.rundir.manifest import installation
 from e2e.stats import planning, verdicts
 from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
@@ -42,7 +43,7 @@ def model_identity(cfg_model: dict[str, Any]) -> str:
 
 
 def this_gpu(cfg: Any = None) -> str | None:
-    """This machine's GPU by name: nvidia-smi's, else amdsmi's (e2e/rundir/manifest.py gpu_driver),
+    """This machine's GPU by name: nvidia-smi's, else amdsmi's (e2e/gpu/gpu_driver.py),
     else torch's in the first arm's interpreter where a GPU device node exists (ROCm without amdsmi)."""
     name = gpu_name({"gpu": gpu_driver()})
     if name is None and cfg is not None and any(os.path.exists(d) for d in ("/dev/kfd", "/dev/nvidiactl")):

@@ -127,7 +127,7 @@ def require(
 def _unreadable_gpu(cfg: Config) -> str | None:
     """--gpu-exclusive fail where no GPU can be read: the policy could act on nothing, so the run is
     refused before a run folder exists (the line names each reader tried)."""
-    from e2e.gpu.gpu_probe import GpuProbe
+    from e2e.gpu.gpu_state import GpuProbe
 
     probe = GpuProbe.open({**os.environ, **cfg.server.env}, cfg.server.tensor_parallel_size)
     try:

@@ -10,6 +10,7 @@ from typing import Any
 
 from e2e.design.config import Config, config_to_dict, harness_flag_overrides
 from e2e.design.plan import Cell
+from e2e.gpu import gpu_driver
 from e2e.rundir import identity
 from e2e.rundir import manifest as mf
 from e2e.rundir.formats import VERSIONS, now
@@ -23,7 +24,7 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
     config = redact_config(config_to_dict(cfg))
     pythons = {a.name: server_python(cfg, a) for a in cfg.arms}
     installs = {p: mf.installation(p) for p in sorted(set(pythons.values()))}
-    gpu = mf.gpu_driver()
+    gpu = gpu_driver.gpu_driver()
     arm_info = {}
     for a in cfg.arms:
         spec = server_spec(cfg, a, Path("<cell-dir>"))

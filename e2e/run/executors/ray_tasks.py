@@ -105,6 +105,7 @@ def run_group(job: dict[str, Any], sampler: Any, inbox: Any) -> dict[str, Any]:
 def probe(pythons: list[str], paths: list[str], cwd: str) -> dict[str, Any]:
     """What this node would run: each interpreter's vLLM/torch versions, GPUs, and which of the
     driver's paths (the model) it lacks."""
+    from e2e.gpu import gpu_driver
     from e2e.rundir import manifest as mf
 
     has_cwd = os.path.isdir(cwd)
@@ -113,7 +114,7 @@ def probe(pythons: list[str], paths: list[str], cwd: str) -> dict[str, Any]:
     return {
         "host": mf.host(),
         "cwd_exists": has_cwd,
-        "gpu": mf.gpu_driver(),
+        "gpu": gpu_driver.gpu_driver(),
         "runnable": {py: shutil.which(py) is not None for py in pythons},
         "installations": {py: mf.installation(py) for py in pythons},
         "missing": [p for p in paths if not Path(p).exists()],
