@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from e2e.profile import groups, steps
-from e2e.profile.server_args import ENV, FLAG, configured_by_user, with_profiler
 from e2e.profile.trace import TraceError, read_events, read_totals, totals
 from e2e.rundir.formats import profile_row
+from e2e.serve.profiler_args import ENV, FLAG, configured_by_user, with_profiler
 from e2e.serve.server import ServerSpec
 
 DATA = Path(__file__).parent / "data"

@@ -2,4 +2,6 @@
 
 groups.py names kernels' groups (the one table), trace.py reads a chrome trace, steps.py differences
 the long and short rounds into per-decode-step figures and attributes arm differences, capture.py
-runs the profiled rounds against a server (configured by server_args.py)."""
+runs the profiled rounds against a server (configured by e2e/serve/profiler_args.py)."""
+
+__all__ = ["capture", "section", "steps"]

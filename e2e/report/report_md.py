@@ -41,7 +41,6 @@ SECTIONS: list[Section] = [
     facts,
     verdicts,
     load,
-    profile,
     cells,
     agreement,
     slots,
@@ -49,6 +48,7 @@ SECTIONS: list[Section] = [
     floor,
     starts,
     routing,
+    profile,
     gsm8k,
     warnings,
 ]

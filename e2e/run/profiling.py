@@ -14,13 +14,14 @@ from typing import Any, Protocol
 
 from e2e.design.config import ArmCfg, Config
 from e2e.design.plan import Cell
-from e2e.profile import capture, server_args
+from e2e.profile import capture
 from e2e.run.batch import BatchClient
 from e2e.run.measure import CellClient, TokenSampler, check_row
 from e2e.rundir.formats import profile_row
 from e2e.rundir.store import PROFILES
 from e2e.safety.interrupts import INTERRUPTS
 from e2e.safety.safe_io import probe_writable
+from e2e.serve import profiler_args as server_args
 from e2e.serve.launch import server_spec
 from e2e.serve.server import VllmServer
 

@@ -10,13 +10,13 @@ from typing import Any
 
 from e2e.design.config import Config, config_to_dict, harness_flag_overrides
 from e2e.design.plan import Cell
-from e2e.profile import server_args
 from e2e.run import profiling
 from e2e.rundir import identity
 from e2e.rundir import manifest as mf
 from e2e.rundir.formats import VERSIONS, now
 from e2e.rundir.manifest_model import config_hash
 from e2e.safety.redact import redact_args, redact_config, redact_env
+from e2e.serve import profiler_args as server_args
 from e2e.serve.launch import server_python, server_spec
 from e2e.twin.stamp import read_stamp
 

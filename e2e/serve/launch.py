@@ -187,10 +187,10 @@ def start_server(
     the harness's one API key, E2E_SERVER_TAG = <run folder>::<key> and E2E_SERVER_RUN = its digest
     in every process's environment (orphan and leak checks find a run's servers by them), and its record in <run>/live-servers/
     while it runs. Both the run loop's servers and the gsm8k step's are built here. With profile_dir,
-    vLLM's torch profiler is configured to write there (e2e/profile/server_args.py)."""
+    vLLM's torch profiler is configured to write there (e2e/serve/profiler_args.py)."""
     spec = server_spec(cfg, arm, record_dir, Path(run_root))
     if profile_dir is not None:
-        from e2e.profile import server_args
+        from e2e.serve import profiler_args as server_args
 
         spec = server_args.with_profiler(spec, profile_dir.resolve(), server_args.release_of(spec.python))
     spec.env.update(live_servers.run_marks(str(run_root.resolve()), key))
