@@ -21,7 +21,7 @@ def per_step(long: Totals, short: Totals, long_tokens: int, short_tokens: int) -
     total. A kernel in one round only counts as zero in the other. Kernels whose difference is nil
     (calls and time) are left out: they ran once per request, not per step."""
     steps = long_tokens - short_tokens
-    kernels = []
+    kernels: list[dict[str, Any]] = []
     for name in sorted(set(long.us) | set(short.us)):
         calls = (long.calls.get(name, 0) - short.calls.get(name, 0)) / steps
         us = (long.us.get(name, 0.0) - short.us.get(name, 0.0)) / steps

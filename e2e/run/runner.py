@@ -218,7 +218,8 @@ class Runner:
                 client,
                 lambda c: self._batch(c, server, ctx),
                 self.sampler,
-                *ctx.get("profile", (None, None)),
+                ctx["profile"][0],
+                ctx["profile"][1],
                 self.progress.note,
             )
         finally:
