@@ -68,6 +68,10 @@ def test_the_table_puts_known_kernels_in_their_groups():
     assert groups.group_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "communication"
     assert groups.group_of("void vllm::rms_norm_kernel<...>") == "norm/elementwise"
     assert groups.group_of("aten::add") == "norm/elementwise"
+    assert groups.group_of("aten::div_") == "norm/elementwise" and groups.group_of("aten::sum") == "norm/elementwise"
+    assert groups.group_of("vllm::unified_kv_cache_update") == "attention"
+    assert groups.group_of("void vllm::reshape_and_cache_flash_kernel<...>") == "attention"
+    assert groups.group_of("aten::item") == "other"
     assert groups.group_of("Memcpy HtoD (Pageable -> Device)") == "other"
     assert set(g for g, _ in groups.PATTERNS) | {"other"} == set(groups.GROUPS)
 
