@@ -8,6 +8,7 @@ the profiler, a failed round, a trace that is not JSON, a folder that cannot be 
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -97,7 +98,8 @@ def _keep(paths: list[Path], dest: Path, prefix: str) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     out = []
     for p in paths:
-        target = dest / f"{prefix}.{p.name}"
+        # a run folder holds plain names only (formats.InsidePath): a worker name vLLM took from a host is not
+        target = dest / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{prefix}.{p.name}")
         if p.name.endswith(".gz"):
             shutil.move(p, target)
         else:
