@@ -277,3 +277,12 @@ def test_traces_over_the_cap_are_not_kept(tmp_path):
     prof.close()
     assert capped["traces"] == [] and "over the" in capped["note"] and not list((tmp_path / "keep2").iterdir())
     assert capped["groups_us"] == pytest.approx(kept["groups_us"])  # the summary is kept either way
+
+
+def test_the_dry_run_says_which_arms_get_a_profile(capsys, in_root):
+    from e2e.cli import main
+
+    assert main(["--config", "configs/cpu-demo.toml", "--dry-run", "--no-progress"]) == 0
+    assert "kernel profiles: stock, widened; one untimed long and short round" in capsys.readouterr().out
+    assert main(["--config", "configs/cpu-demo.toml", "--dry-run", "--no-profile"]) == 0
+    assert "kernel profiles: off" in capsys.readouterr().out
