@@ -42,9 +42,8 @@ def profile(s: dict[str, Any]) -> list[str]:
     for pt in p["points"]:
         point = Point.of(pt)
         md += [f"### {point}", ""]
-        for a in pt["arms"]:
-            if a["status"] != "ok":
-                md += [f"- **{a['arm']}**: no profile ({a['reason']})"]
+        missing = [f"- **{a['arm']}**: no profile ({a['reason']})" for a in pt["arms"] if a["status"] != "ok"]
+        md += missing + ([""] if missing else [])
         ok = [a for a in pt["arms"] if a["status"] == "ok"]
         if ok:
             names = [g["group"] for g in ok[0]["groups"]]
@@ -53,7 +52,7 @@ def profile(s: dict[str, Any]) -> list[str]:
                 for i, g in enumerate(names)
             ]
             rows.append(["**profiled step**"] + [f"**{a['step_ms']:.3f}**" for a in ok])
-            md += ["", markdown(["group", *[f"{a['arm']} ms (share)" for a in ok]], rows), ""]
+            md += [markdown(["group", *[f"{a['arm']} ms (share)" for a in ok]], rows), ""]
             for a in ok:
                 md += [f"Top kernels, {a['arm']} ({a['source']}, {a['cells']} cell(s)):", ""]
                 md += [
@@ -92,5 +91,4 @@ def profile(s: dict[str, Any]) -> list[str]:
                 ),
                 "",
             ]
-        md += [""]
     return md

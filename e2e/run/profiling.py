@@ -92,6 +92,7 @@ def profile_server(
     folder: Path | None,
     why_not: str | None,
     note: Callable[[str], None],
+    phase: Callable[[Cell], None] = lambda cell: None,
 ) -> None:
     """Each measured (cell, attempt) of this server profiled in turn; one profiles.jsonl row each."""
     if not cells or (folder is None and why_not is None):
@@ -104,6 +105,7 @@ def profile_server(
     )
     try:
         for cell, attempt in cells:
+            phase(cell)
             if prof is None:
                 fields: dict[str, Any] = {"status": "missing", "reason": why_not}
             else:

@@ -221,6 +221,7 @@ class Runner:
                 ctx["profile"][0],
                 ctx["profile"][1],
                 self.progress.note,
+                lambda c: self.progress.phase(c, "profiling"),
             )
         finally:
             client.close()
