@@ -91,7 +91,7 @@ def difference(arm: Mapping[str, Any], ref: Mapping[str, Any], measured_ms: floa
         deltas.append({"name": name, "group": group, "ms": d / 1000})
     deltas.sort(key=lambda x: (-abs(x["ms"]), x["name"]))
     kernels_ms = sum(x["ms"] for x in deltas)
-    top = deltas[:TOP]
+    top = [x for x in deltas[:TOP] if x["ms"] != 0]  # a kernel that did not move is not "what differs"
     out: dict[str, Any] = {
         "top": top,
         "other_kernels_ms": kernels_ms - sum(x["ms"] for x in top),
