@@ -4,7 +4,7 @@ Folders: each stage is a folder of e2e/ (README "Where things live" is this tree
 stand in one order, top down, that every import follows: no circle between folders and no import
 back up. A module at the top of e2e/ (errors, exits, extras, assets) is a folder of one.
 
-    run_e2e -> cli -> run -> accuracy -> kernels_check -> report -> analysis -> gpu -> serve
+    run_e2e -> cli -> run -> accuracy -> kernels_check -> report -> analysis -> profile -> gpu -> serve
             -> assets -> rundir -> design -> stats -> exits -> extras -> safety -> twin -> plugin -> errors
 
 Faces: a stage package's `__init__.py` names in `__all__` the modules other stages may import;
@@ -28,6 +28,7 @@ FOLDERS = [
     "kernels_check",
     "report",
     "analysis",
+    "profile",
     "gpu",
     "serve",
     "assets",
@@ -41,7 +42,7 @@ FOLDERS = [
     "plugin",
     "errors",
 ]
-STAGES = ["cli", "run", "report", "analysis", "gpu", "serve", "rundir", "design", "stats", "safety"]
+STAGES = ["cli", "run", "report", "analysis", "profile", "gpu", "serve", "rundir", "design", "stats", "safety"]
 
 # Who may import these (besides nobody): the CLI is the top, and only the executors run the loop.
 ONLY_FROM = {

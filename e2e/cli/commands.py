@@ -54,6 +54,8 @@ RESUME_REFUSES = {
     "max_passes": "--max-passes",
     "max_minutes": "--max-minutes",
     "gpu_exclusive": "--gpu-exclusive",
+    "no_profile": "--no-profile",
+    "profile_trace": "--profile-trace",
 }
 
 
@@ -138,6 +140,18 @@ class Run(Command):
             "prediction, and exit",
         )
         p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+        p.add_argument(
+            "--no-profile",
+            action="store_true",
+            help="no kernel profile (profile.enabled = false): servers start without vLLM's profiler "
+            "(docs/concepts/profile.md)",
+        )
+        p.add_argument(
+            "--profile-trace",
+            choices=("none", "gz"),
+            help="keep each profiled round's raw traces gzipped in the run folder (gz, within "
+            "profile.trace_cap_mib) or only their summary (none, the default)",
+        )
         p.add_argument("--resume", metavar="RUN_DIR", help="finish the missing cells of a run")
         p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
         p.add_argument("--no-gsm8k", action="store_true", help="skip the gsm8k sign-off after the cells")
@@ -163,12 +177,15 @@ class Run(Command):
             ("max_passes", "run.max_passes"),
             ("max_minutes", "run.max_minutes"),
             ("gpu_exclusive", "run.gpu_exclusive"),
+            ("profile_trace", "profile.trace"),
         ):
             v = getattr(a, flag, None)
             if v is not None:
                 o[key] = v
         if getattr(a, "fail_fast", False):
             o["run.fail_fast"] = True
+        if getattr(a, "no_profile", False):
+            o["profile.enabled"] = False
         return o
 
     def run(self, a: argparse.Namespace) -> int:

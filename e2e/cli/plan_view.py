@@ -38,6 +38,7 @@ def print_plan(cfg: Config, cells: list[Cell], as_json: bool, found: Preflight) 
     for w in batch_warnings(cfg):
         _say(console, w)
     _gsm8k(console, found)
+    _profile(console, cfg)
     _prediction(console, cfg, cells)
     found.refuse()
     _say(console, "checks: nothing the run would refuse (what only a running server shows is not checked)")
@@ -73,6 +74,22 @@ def _gsm8k(console: Any, found: Preflight) -> None:
         console,
         f"gsm8k sign-off after the cells: {', '.join(g.tasks)}, {g.questions} questions per task and arm, "
         f"{g.servers} fresh servers (one per arm{aa}); its time is not in the prediction below",
+    )
+
+
+def _profile(console: Any, cfg: Config) -> None:
+    """Which arms get a kernel profile (docs/concepts/profile.md), and what it costs."""
+    on = [a.name for a in cfg.arms if cfg.profile.enabled and a.profile]
+    off = [a.name for a in cfg.arms if a.name not in on]
+    if not on:
+        _say(console, "kernel profiles: off" + ("" if not cfg.profile.enabled else " (every arm has profile = false)"))
+        return
+    _say(
+        console,
+        f"kernel profiles: {', '.join(on)}"
+        + (f" (not {', '.join(off)}: profile off)" if off else "")
+        + f"; one untimed long and short round per cell at each server's end, through vLLM's profiler (not in "
+        f"the prediction below); raw traces: {cfg.profile.trace}",
     )
 
 

@@ -248,6 +248,9 @@ class ArmCfg(_Frozen):
     patches: tuple[str, ...] = ()
     python: str | None = None  # another interpreter = another vLLM installation
     description: str = ""
+    # false: this arm's servers start without vLLM's profiler configured and no cell of it is profiled
+    # (an arm and its twin differing only here are the A/A that measures the profiler's own effect)
+    profile: bool = True
 
     @field_validator("env")
     @classmethod
@@ -303,6 +306,15 @@ class StatsCfg(_Frozen):
     bookend_min_step_pct: float = Field(default=1.0, ge=0)
 
 
+class ProfileCfg(_Frozen):
+    """Kernel profiles (docs/concepts/profile.md): after each server's timed and bookend rounds, one
+    untimed profiled round of the long and one of the short request per cell, through vLLM's profiler."""
+
+    enabled: bool = True
+    trace: Literal["none", "gz"] = "none"  # keep the raw traces (gzipped) in the run folder, or only the summary
+    trace_cap_mib: float = Field(default=64.0, gt=0)  # a cell's traces above this are not kept (the summary is)
+
+
 class Config(_Frozen):
     name: str = "run"
     description: str = ""
@@ -313,6 +325,7 @@ class Config(_Frozen):
     arms: tuple[ArmCfg, ...] = Field(min_length=1)
     gsm8k: Gsm8kCfg = Gsm8kCfg()
     stats: StatsCfg = StatsCfg()
+    profile: ProfileCfg = ProfileCfg()
 
     @model_validator(mode="before")
     @classmethod

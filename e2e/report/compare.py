@@ -139,12 +139,34 @@ def compare_runs(
         }
         for x in entries
     ]
+    for r in rows:  # which kernels moved, where both runs have a profile there (e2e/profile/section.py)
+        if (k := _kernels_moved(a, b, r)) is not None:
+            r["kernels"] = k
     undecidable += [
         f"{r['arm']} at {Point.of(r)}: {r['decision']}"
         for r in rows
         if outcomes.status_of([r["decision"]], inconclusive_ok=allow_inconclusive) == exits.CANNOT_DECIDE
     ]
     return rows, line, undecidable
+
+
+def _kernels_moved(a: RunAnalysis, b: RunAnalysis, row: dict[str, Any]) -> dict[str, Any] | None:
+    """B minus A for one row's arm and point, attributed to kernels; None without a profile on both sides."""
+    from e2e.profile.section import between_runs
+
+    ea, eb = row["a"].get("estimate_ms"), row["b"].get("estimate_ms")
+    measured = eb - ea if ea is not None and eb is not None else None
+    return between_runs(a.root, b.root, row["arm"], Point.of(row), measured)
+
+
+def kernels_line(row: dict[str, Any]) -> str | None:
+    """One line: the kernels that moved most between the runs, and what the profile does not carry."""
+    k = row.get("kernels")
+    if not k:
+        return None
+    top = ", ".join(f"{x['name'][:48]} {x['ms']:+.3f}" for x in k["top"][:3])
+    rest = "" if k["not_in_profile_ms"] is None else f"; not in the profile {k['not_in_profile_ms']:+.3f}"
+    return f"{row['arm']} at {Point.of(row)}: kernels B - A {k['kernels_ms']:+.3f} ms/step ({top}; other {k['other_kernels_ms']:+.3f}{rest})"
 
 
 def add_compare_args(p: argparse.ArgumentParser) -> None:
@@ -256,6 +278,9 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
     for r in rows:
         for w in r["warnings"]:
             say(console, f"warning: {r['arm']} at {Point.of(r)}: {w}")
+    for r in rows:
+        if line_k := kernels_line(r):
+            say(console, line_k)
     regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
     words = (r["decision"] for r in rows)
     status = exits.worst([outcomes.status_of(words, inconclusive_ok=allow)] + [CANNOT_DECIDE] * bool(undecidable))

@@ -244,7 +244,14 @@ def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
         at = {runs[i].root.name: i for i in idx}
         here = {"series": s, "arm": arm, **d.fields(), "n_series": len(todo)}
         steps += [
-            {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()} for cp in res.steps
+            _with_kernels(
+                {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()},
+                runs[at[cp.runs_before[-1]]],
+                runs[at[cp.runs_after[0]]],
+                arm,
+                d,
+            )
+            for cp in res.steps
         ]
         # what the answer rests on: the first step, else the stretch least shown to hold still
         doubt = min(
@@ -308,6 +315,17 @@ def status_of(steps: list[dict[str, Any]], answers: list[dict[str, Any]], allow_
     return outcomes.status_of(words, inconclusive_ok=allow_inconclusive)
 
 
+def _with_kernels(step: dict[str, Any], before: RunAnalysis, after: RunAnalysis, arm: str, d: Point) -> dict[str, Any]:
+    """A change point with the kernels that moved across it (the runs either side; e2e/profile/section.py),
+    where both have a profile there."""
+    from e2e.profile.section import between_runs
+
+    ea = one_arm.arm_estimate(before.fit, arm, d, before._cells_of(arm, d))["estimate_ms"]
+    eb = one_arm.arm_estimate(after.fit, arm, d, after._cells_of(arm, d))["estimate_ms"]
+    k = between_runs(before.root, after.root, arm, d, eb - ea if ea is not None and eb is not None else None)
+    return {**step, "kernels": k} if k is not None else step
+
+
 def say_history(console: Console, h: History, title: str) -> None:
     """The runs once, each point by its run's number, then the answer of every series."""
     rows, answers = h.rows, h.answers
@@ -338,6 +356,10 @@ def say_history(console: Console, h: History, title: str) -> None:
                 f"{num(x['ratio'], '{:.3f}')} ({interval(x['ratio_ci_lo'], x['ratio_ci_hi'], '{:.3f}')}), "
                 f"p adj {num(x['p_adjusted'], '{:.3g}')}",
             )
+            if x.get("kernels"):
+                k = x["kernels"]
+                top = ", ".join(f"{y['name'][:48]} {y['ms']:+.3f}" for y in k["top"][:3])
+                say(console, f"{where}: kernels that moved {k['kernels_ms']:+.3f} ms/step ({top})")
         doubt = [x for x in a["stretches"] if len(x["runs"]) > 1 and x["decision"] != verdicts.EQUIVALENT]
         for x in doubt:
             w = x["worst"]

@@ -103,6 +103,18 @@ def routing(s: dict[str, Any]) -> list[str]:
     return md
 
 
+def kernel_profile(s: dict[str, Any]) -> list[str]:
+    """One line per point: attention's share of the profiled decode step per arm (report.md has the rest)."""
+    from e2e.profile.section import attention_share
+
+    p = s.get("profile")
+    if p is None:
+        return []
+    md = ["### Attention's share of the decode step (vLLM's profiler; report.md has the kernels)", ""]
+    md += [f"- {Point.of(pt)}: {attention_share(pt)}" for pt in p["points"]]
+    return md + [""]
+
+
 def signoff(s: dict[str, Any]) -> list[str]:
     md = []
     for g in s.get("gsm8k") or []:
@@ -174,6 +186,7 @@ def pr_markdown(s: dict[str, Any], manifest: dict[str, Any], run_dir: Path, figu
     md += ["### What each arm changes", "", arms_table(s, manifest), "", "### Verdicts", ""]
     md += verdicts(s, run_dir, figure_base)
     md += ["### Attention path (recorded inside vLLM)", ""] + routing(s)
+    md += kernel_profile(s)
     md += signoff(s)
     md += how_it_ran(s, manifest, run_dir)
     return "\n".join(md)

@@ -15,6 +15,7 @@ from e2e.report.md_gsm8k import gsm8k
 from e2e.report.md_gsm8k import gsm8k_markdown as gsm8k_markdown  # gsm8k.md's, where the sign-off runs
 from e2e.report.md_load import load
 from e2e.report.md_machine import floor, gpu_state, routing, starts
+from e2e.report.md_profile import profile
 from e2e.report.md_results import agreement, cells, slots, verdicts
 
 Section = Callable[[dict[str, Any]], list[str]]
@@ -47,6 +48,7 @@ SECTIONS: list[Section] = [
     floor,
     starts,
     routing,
+    profile,
     gsm8k,
     warnings,
 ]

@@ -420,8 +420,17 @@ def build(a: Any, gsm8k: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         "gsm8k": gsm8k or [],
         # only for runs above batch 1, so batch-1 summaries stay what they were
         **({"load": load} if (load := a.load()) is not None else {}),
+        # only where the harness took profiles (e2e/profile/section.py), so older summaries stay what they were
+        **({"profile": prof} if (prof := kernel_profile(a)) is not None else {}),
         "warnings": a.warnings + [w for w in report_gpu.warnings(a.cell_rows.values()) if w not in a.warnings],
     }
+
+
+def kernel_profile(a: Any) -> dict[str, Any] | None:
+    """Where each arm's decode step goes, per point, and what differs (e2e/profile/section.py)."""
+    from e2e.profile import section
+
+    return section.summarise(a.root, a.manifest, list(a.arms), sorted(a.points), a.comparisons)
 
 
 def gpu_section(a: Any) -> dict[str, Any] | None:

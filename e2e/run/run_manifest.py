@@ -11,11 +11,13 @@ from typing import Any
 from e2e.design.config import Config, config_to_dict, harness_flag_overrides
 from e2e.design.plan import Cell
 from e2e.gpu import gpu_driver
+from e2e.run import profiling
 from e2e.rundir import identity
 from e2e.rundir import manifest as mf
 from e2e.rundir.formats import VERSIONS, now
 from e2e.rundir.manifest_model import config_hash
 from e2e.safety.redact import redact_args, redact_config, redact_env
+from e2e.serve import profiler_args as server_args
 from e2e.serve.launch import server_python, server_spec
 from e2e.twin.stamp import read_stamp
 
@@ -28,6 +30,8 @@ def build_manifest(cfg: Config, run_id: str, cells: list[Cell]) -> dict[str, Any
     arm_info = {}
     for a in cfg.arms:
         spec = server_spec(cfg, a, Path("<cell-dir>"))
+        if profiling.wanted(cfg, a) and not server_args.configured_by_user(spec):  # as its servers start
+            spec = server_args.with_profiler(spec, Path("<cell-dir>/profile-a<n>"), server_args.release_of(spec.python))
         arm_info[a.name] = {
             "server_argv": redact_args(spec.argv(0)),
             "api_key": "random per harness process, passed as VLLM_API_KEY (never in argv or logs)",

@@ -24,6 +24,7 @@ from e2e.errors import UserError
 from e2e.gpu import gpu_state
 from e2e.run.batch import BatchClient, measure_batch_cell
 from e2e.run.measure import CellClient, CellResult, TokenSampler, measure_cell
+from e2e.run.profiling import profile_server, trace_dir
 from e2e.rundir import patch_evidence, routing
 from e2e.rundir.formats import CellRowDict, cell_row, now, request_row
 from e2e.rundir.gpu_rows import describe
@@ -140,7 +141,11 @@ class Runner:
             ctx.update(
                 tag=tag, log=self.store.log_path(f"{key}.a{n}"), record_dir=self.store.cell_dir(key) / f"records-a{n}"
             )
-            server = start_server(self.cfg, arm, self.store.root, key, ctx["record_dir"], ctx["log"])
+            # vLLM's profiler configured for this server's profiled rounds (e2e/run/profiling.py)
+            ctx["profile"] = trace_dir(self.cfg, arm, self.store, key, n)
+            server = start_server(
+                self.cfg, arm, self.store.root, key, ctx["record_dir"], ctx["log"], profile_dir=ctx["profile"][0]
+            )
             self.progress.phase(remaining[0], "starting server")
             ctx["server"] = server
             return server  # its log is scrubbed of its secrets when it stops (server.py)
@@ -199,6 +204,7 @@ class Runner:
         client = CellClient(server.base_url, server.api_key, self.cfg.server.request_timeout_s)
         watch.started(server.proc.pid, server.server_id)
         ctx["opening"] = None  # this server's first cell: what its bookend measures again
+        measured: list[tuple[Cell, str]] = []  # profiled once the server's timed and bookend rounds are done
         try:
             while remaining:
                 watch.begin_cell(remaining[0].cell_id)
@@ -209,8 +215,23 @@ class Runner:
                     row["bookend"] = self._bookend(server, client, ctx)
                 self._write(remaining[0], row)
                 rows.append(row)
+                if row["status"] == "ok":
+                    measured.append((remaining[0], ctx["tag"]))
                 remaining.pop(0)
                 startup_s = 0.0  # later cells on a shared server paid no start
+            profile_server(
+                self.cfg,
+                self.store,
+                server,
+                measured,
+                client,
+                lambda c: self._batch(c, server, ctx),
+                self.sampler,
+                ctx["profile"][0],
+                ctx["profile"][1],
+                self.progress.note,
+                lambda c: self.progress.phase(c, "profiling"),
+            )
         finally:
             client.close()
             for batch in ctx.pop("batch", {}).values():

@@ -28,6 +28,7 @@ VERSIONS = {
     "plan": 1,  # plan.json (a list: the version is the manifest's)
     "cells": 1,  # cells.jsonl rows
     "requests": 1,  # requests.jsonl rows
+    "profiles": 1,  # profiles.jsonl rows (kernel profiles, e2e/profile/)
     "summary": 3,  # summary.json / summary.csv / comparisons.csv / report.md (3: the whole record of report.md)
     "compare": 3,  # compare --json (2: verdicts, exit status; 3: unfinished runs named)
     "history": 3,  # history.csv / history.json (2: change points; 3: unfinished runs named)
@@ -248,7 +249,30 @@ class PlanEntry(BaseModel):
     concurrency: int = Field(default=1, ge=1)  # absent before batch sizes above 1 (and at 1)
 
 
-ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow}
+class ProfileKernel(_Part):
+    """One kernel (a CPU op on the CPU lane) of a decode step: long minus short round, per step."""
+
+    name: str
+    group: str
+    calls_per_step: float
+    us_per_step: float
+
+
+class ProfileRow(_Row):
+    """A cell's kernel profile (profiles.jsonl, e2e/profile/capture.py): ok, or missing and why."""
+
+    status: Literal["ok", "missing"]
+    reason: str | None = None
+    concurrency: int | None = Field(default=None, ge=2)
+    source: str | None = None  # "device kernels" | "cpu ops"
+    steps: int | None = None  # long_tokens - short_tokens: what the rounds' difference is divided by
+    kernels: list[ProfileKernel] = []
+    groups_us: dict[str, float] = {}
+    step_us: float | None = None
+    traces: list[InsidePath] = []
+
+
+ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestRow, "profiles": ProfileRow}
 
 
 # -- the rows as they cross stages -------------------------------------------------------------------
@@ -322,6 +346,13 @@ def request_row(**fields: Any) -> RequestRowDict:
     if "pass_" in fields:
         fields["pass"] = fields.pop("pass_")
     return cast(RequestRowDict, _build("requests", fields))
+
+
+def profile_row(**fields: Any) -> dict[str, Any]:
+    """The one constructor of a profiles.jsonl row, checked by ProfileRow."""
+    if "pass_" in fields:
+        fields["pass"] = fields.pop("pass_")
+    return _build("profiles", fields)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -42,10 +42,13 @@ PLAN = "plan.json"
 REQUESTS = "requests.jsonl"
 CELLS = "cells.jsonl"
 KERNEL_ROWS = "rows.jsonl"  # a kernels_check run folder's rows (kernels_check/sweep.py writes them)
+PROFILES = "profiles.jsonl"  # one row per profiled cell (e2e/profile/): absent where none was taken
 Row = TypeVar("Row", bound=Mapping[str, Any])  # a request row: RequestRowDict, or a plain dict of one
-KIND = {CELLS: "cells", REQUESTS: "requests", KERNEL_ROWS: "kernels"}  # file -> formats kind
+KIND = {CELLS: "cells", REQUESTS: "requests", KERNEL_ROWS: "kernels", PROFILES: "profiles"}  # file -> formats kind
 MODEL_CONFIG = "model/config.json"  # the served model's config.json, as it was at the start
-ATTEMPT_DIR = re.compile(r"^(records|gpu)-a(\d+)$")  # cells/<server>/ per attempt: routing records, GPU samples
+ATTEMPT_DIR = re.compile(
+    r"^(records|gpu|profile)-a(\d+)$"
+)  # cells/<server>/ per attempt: routing records, GPU samples, traces
 
 
 def run_folder(out: str | Path, run_id: str | None, config_name: str, suffix: str = "") -> Path:
@@ -283,6 +286,10 @@ class RunStore:
         rows = formats.read_rows("requests", read_jsonl(self.root / REQUESTS), str(self.root / REQUESTS))
         return cast(list[RequestRowDict], rows)  # checked by formats.RequestRow
 
+    def profiles(self) -> list[dict[str, Any]]:
+        """Kernel profiles (profiles.jsonl); none in a folder from before them or with profiling off."""
+        return profiles_of(self.root)
+
     def finished_cell_ids(self) -> set[str]:
         return {r["cell_id"] for r in self.cells()}
 
@@ -307,6 +314,11 @@ class RunStore:
         ]
         used += [int(m[2]) for f in (cells.iterdir() if cells.is_dir() else []) if (m := ATTEMPT_DIR.match(f.name))]
         return max(used, default=-1) + 1
+
+
+def profiles_of(root: Path) -> list[dict[str, Any]]:
+    """A run folder's profiles.jsonl rows, checked (formats.ProfileRow); [] when it has none."""
+    return formats.read_rows("profiles", read_jsonl(Path(root) / PROFILES), str(Path(root) / PROFILES))
 
 
 def plain(name: str, what: str) -> str:

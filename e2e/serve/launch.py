@@ -179,13 +179,20 @@ class RunRoot(Protocol):
     def resolve(self) -> object: ...
 
 
-def start_server(cfg: Config, arm: ArmCfg, run_root: RunRoot, key: str, record_dir: Path, log: Path) -> VllmServer:
+def start_server(
+    cfg: Config, arm: ArmCfg, run_root: RunRoot, key: str, record_dir: Path, log: Path, profile_dir: Path | None = None
+) -> VllmServer:
     """A server of the run at run_root, not started yet (on_fresh_servers enters it): the arm's
     spec with its per-arm compile cache under the run folder, the plugin recording to record_dir,
     the harness's one API key, E2E_SERVER_TAG = <run folder>::<key> and E2E_SERVER_RUN = its digest
     in every process's environment (orphan and leak checks find a run's servers by them), and its record in <run>/live-servers/
-    while it runs. Both the run loop's servers and the gsm8k step's are built here."""
+    while it runs. Both the run loop's servers and the gsm8k step's are built here. With profile_dir,
+    vLLM's torch profiler is configured to write there (e2e/serve/profiler_args.py)."""
     spec = server_spec(cfg, arm, record_dir, Path(run_root))
+    if profile_dir is not None:
+        from e2e.serve import profiler_args as server_args
+
+        spec = server_args.with_profiler(spec, profile_dir.resolve(), server_args.release_of(spec.python))
     spec.env.update(live_servers.run_marks(str(run_root.resolve()), key))
     return VllmServer(
         spec,
