@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from e2e.rundir import manifest as mf
+from e2e.gpu.gpu_driver import gpu_driver
 from kernels_check import paths, timing
 
 Launch = Callable[[], object]
@@ -42,7 +42,7 @@ def _describe(device: torch.device) -> dict[str, Any]:
         "arch": getattr(p, "gcnArchName", None),
         "memory_gib": round(p.total_memory / 2**30, 1),
         "count": torch.cuda.device_count(),
-        **mf.gpu_driver(),
+        **gpu_driver(),
     }
 
 

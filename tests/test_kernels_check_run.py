@@ -195,3 +195,22 @@ def test_the_installed_vllm_config_context_lets_the_layout_be_read():
         get_current_vllm_config()
     with paths.vllm_config_context():
         assert get_current_vllm_config() is not None
+
+
+def test_the_real_kit_describes_its_gpu_with_the_machines_driver(monkeypatch):
+    """gpu_kit's description of the GPU (torch's properties and e2e/gpu/gpu_driver.py's reading) runs
+    here with torch.cuda's answers stood in (no GPU on this machine): the H100 run of 2026-12-06 stopped
+    at it with an AttributeError after the driver reading moved, since the stand-in kit never calls it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernels_check import kit
+
+    props = SimpleNamespace(gcnArchName=None, total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    got = kit._describe(torch.device("cuda", 0))
+    assert got["name"] == "NVIDIA H100 80GB HBM3" and got["capability"] == [9, 0] and got["memory_gib"] == 80.0
