@@ -1,11 +1,11 @@
-"""Every committed summary.json is what `run_e2e.py report` computes from its run folder now (floats to
-1e-3 relative, see REL), on a clean clone: nothing outside the run folder is read (the git-ignored
-assets/ least of all), so the committed reports say what their rows say on every machine."""
+"""Every committed summary.json is what `run_e2e.py report` computes from its run folder now (floats
+to 1e-3 relative: tests/support/committed.py, the rule for every committed file), on a clean clone:
+nothing outside the run folder is read (the git-ignored assets/ least of all), so the committed
+reports say what their rows say on every machine."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from e2e.report import report_md
 from e2e.report import summary as sm
 from e2e.report.write import gsm8k_summaries
 from tests.support import ROOT, results_index
+from tests.support.committed import differs
 
 # the folders git tracks (the demo's scratch run beside them is not a committed report)
 COMMITTED = [p for p in results_index().committed_folders(ROOT) if (p / "summary.json").is_file()]
@@ -31,35 +32,13 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)  # cannot be removed: it records only while _opened is a list
 
 
-# The REML search (e2e/stats/variance_model.py) stops once a step moves the components by under 1e-6
-# of the variance scale, so a component small beside that scale is fixed only to ~1e-4 of itself, and a
-# numpy/scipy release moves where the search stops (measured: up to 6e-5 relative, 2026-12-04). Floats
-# are compared to 1e-3 relative; verdicts, counts, warnings and every other value exactly.
-REL = 1e-3
-
-
-def _differs(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two summaries differ, beyond REL for floats."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
-        return [d for k in a for d in _differs(a[k], b[k], f"{path}/{k}")]
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} against {len(b)} items"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differs(x, y, f"{path}[{i}]")]
-    if isinstance(a, float) and isinstance(b, float):
-        return [] if math.isclose(a, b, rel_tol=REL, abs_tol=1e-12) else [f"{path}: {a!r} against {b!r}"]
-    return [] if type(a) is type(b) and a == b else [f"{path}: {a!r} against {b!r}"]
-
-
 def test_the_comparison_tolerates_float_noise_only():
     s = {"a": [1.0, {"v": "equivalent", "n": 2}], "p": 1e-16}
-    assert _differs(s, {"a": [1.0 + 5e-5, {"v": "equivalent", "n": 2}], "p": 1.00004e-16}) == []
-    assert _differs(s, {"a": [1.01, {"v": "equivalent", "n": 2}], "p": 1e-16}) == ["/a[0]: 1.0 against 1.01"]
-    assert _differs(s, {"a": [1.0, {"v": "slower", "n": 2}], "p": 1e-16}) == ["/a[1]/v: 'equivalent' against 'slower'"]
-    assert _differs(s, {"a": [1.0, {"v": "equivalent", "n": 3}], "p": 1e-16}) != []
-    assert _differs(s, {"a": [1.0], "p": 1e-16}) != []
+    assert differs(s, {"a": [1.0 + 5e-5, {"v": "equivalent", "n": 2}], "p": 1.00004e-16}) == []
+    assert differs(s, {"a": [1.01, {"v": "equivalent", "n": 2}], "p": 1e-16}) == ["/a[0]: 1.0 against 1.01"]
+    assert differs(s, {"a": [1.0, {"v": "slower", "n": 2}], "p": 1e-16}) == ["/a[1]/v: 'equivalent' against 'slower'"]
+    assert differs(s, {"a": [1.0, {"v": "equivalent", "n": 3}], "p": 1e-16}) != []
+    assert differs(s, {"a": [1.0], "p": 1e-16}) != []
 
 
 def _code(p: Path) -> bool:
@@ -81,5 +60,5 @@ def test_a_committed_summary_re_renders_from_its_run_folder_alone(run, tmp_path,
         _opened = None
     outside = sorted({str(p) for p in opened if not p.is_relative_to(run.resolve()) and not _code(p)})
     assert outside == [], f"{run.name}: the report read outside its run folder"
-    differs = _differs(json.loads((run / "summary.json").read_text()), s)
-    assert differs == [], f"{run.name}: summary.json is not what `run_e2e.py report` gives now: re-render it"
+    found = differs(json.loads((run / "summary.json").read_text()), s)
+    assert found == [], f"{run.name}: summary.json is not what `run_e2e.py report` gives now: re-render it"
