@@ -230,7 +230,7 @@ class RunAnalysis:
                             verdicts.within_server_ratio(rc, a, self.alpha, self.min_effect_pct),
                         )
                     )
-                head = {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"}
+                head: dict[str, Any] = {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"}
                 entries.append((head, pooled_of[(arm, d)]))
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
         self._plan_family(pooled)
