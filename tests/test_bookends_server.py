@@ -109,6 +109,6 @@ def test_a_steady_server_is_not_flagged(tmp_path):
     run, cell, _ = run_one(tmp_path, delay_ms=0)
     b = cell["bookend"]
     print(json.dumps(b, indent=1))
-    # At alpha 0.01 a stationary server is flagged at most 1 % of the time (python -m e2e.stats.bookends):
+    # At alpha 0.01 a stationary server is flagged at most 1 % of the time (python -m e2e.validation.conformance_bookends):
     # a red run here says "run it again", two say "look".
     assert b["status"] == "stationary", b

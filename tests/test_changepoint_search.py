@@ -1,7 +1,7 @@
 """The change-point search that scales (e2e/stats/changepoints.py): a cheap scan picks the splits the
 variance model tests, a test reads the runs nearest its split, and a stretch without a step is said
 to hold still only when the splits it doubts most are shown equivalent. (Rates: test_conformance.py;
-the timing on 100 to 1000 runs: `python -m e2e.stats.bench_changepoints`, not a test.)"""
+the timing on 100 to 1000 runs: `python -m e2e.validation.bench_changepoints`, not a test.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from e2e.stats import changepoints as cp
 from e2e.stats import verdicts as v
-from e2e.stats.bench_changepoints import series
+from e2e.validation.bench_changepoints import series
 
 
 def test_a_long_series_finds_both_steps_with_few_model_fits():

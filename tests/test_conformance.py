@@ -1,8 +1,8 @@
-"""Conformance of the decision layer by simulation (e2e/stats/conformance.py, the simulated runs of
-e2e/stats/simulation.py): known truth in, verdicts out, through the functions a run uses. Fixed
+"""Conformance of the decision layer by simulation (e2e/validation/conformance.py, the simulated runs of
+e2e/validation/simulation.py): known truth in, verdicts out, through the functions a run uses. Fixed
 seeds: deterministic. Tolerances: a rate meant to be at most 5 % may reach 5 % + 3 Monte-Carlo
 standard errors (conformance.tol); coverage must be >= 93 % for a 95 % interval.
-`python -m e2e.stats.conformance` prints the same figures for the README."""
+`python -m e2e.validation.conformance` prints the same figures for the README."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from e2e.stats import cells as stats
-from e2e.stats import conformance as cf
-from e2e.stats import conformance_figures, signoff
-from e2e.stats import simulation as sim_
+from e2e.stats import signoff
+from e2e.validation import conformance as cf
+from e2e.validation import conformance_figures
+from e2e.validation import simulation as sim_
 
-N = 100  # experiments per design (the README's table: 2000, `python -m e2e.stats.conformance`)
+N = 100  # experiments per design (the README's table: 2000, `python -m e2e.validation.conformance`)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +198,7 @@ def test_rates_are_reproducible():
 
 
 def test_the_adaptive_rows_run_alone_per_regime():
-    from e2e.stats import conformance_adaptive as ca
+    from e2e.validation import conformance_adaptive as ca
 
     out: list[str] = []
     ca.main(["--regime", "cpu", "--experiments", "10"], out.append)

@@ -1,14 +1,14 @@
-"""Conformance of the prefill guard (e2e/stats/conformance_guard.py): simulated server timings with
+"""Conformance of the prefill guard (e2e/validation/conformance_guard.py): simulated server timings with
 noise, a constant offset, a length-dependent bias, missing values. The run-wide guard it replaced
 read a +6 ms long-request prefill at 32K as "faster" in about a quarter of A/A runs, and 2 %
 missing prefill times widened the 32K interval by a third (the plain estimate everywhere); these
-rows fail on that rule. `python -m e2e.stats.conformance_guard` prints the table (400 per design)."""
+rows fail on that rule. `python -m e2e.validation.conformance_guard` prints the table (400 per design)."""
 
 from __future__ import annotations
 
 import pytest
 
-from e2e.stats import conformance_guard as cg
+from e2e.validation import conformance_guard as cg
 
 N = 60  # experiments per design
 

@@ -7,16 +7,22 @@ recorder first: a failure of the code under test must never signal anything real
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from e2e.serve import live_servers, owners
 from e2e.serve.server_proof import group_refusal
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -67,6 +73,15 @@ def _stop(*procs: subprocess.Popen[bytes]) -> None:
         p.wait()
 
 
+def _started(pid: int) -> float:
+    """pid's wall-clock start, as a record of the earlier format keeps it; 0.0 where pid is gone: a
+    group outlives its leader (a test command run from a background shell that has exited)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
 def _record(run, server_id: str, pgid: int, **extra: object) -> None:
     live_servers.record(run / live_servers.LIVE_DIR, server_id, {"tag": f"{run}::c", "pgid": pgid, **extra})
 
@@ -80,7 +95,7 @@ def test_a_planted_record_naming_a_group_not_its_server_s_is_refused_without_a_s
     # was: clear_records SIGKILLed any group whose pid ran with the recorded start time: pgid 1 was
     # every process the user could signal, the harness's own group killed the harness silently
     pgid = {"one": 1, "own": os.getpgrp(), "parent": os.getpgid(os.getppid())}[which]
-    _record(tmp_path, "s1", pgid, pid=pgid, pid_started=psutil.Process(pgid).create_time())
+    _record(tmp_path, "s1", pgid, pid=pgid, pid_started=_started(pgid))
     _record(tmp_path, "s2", pgid, pid=pgid, **owners.process_identity(pgid))
     entries = live_servers.clear_records(tmp_path)
     assert signals == []
@@ -88,6 +103,58 @@ def test_a_planted_record_naming_a_group_not_its_server_s_is_refused_without_a_s
     lines = live_servers.describe(entries).splitlines()
     assert len(lines) == 2 and all(f"group {pgid}" in ln and "nothing was signalled" in ln for ln in lines)
     assert sorted(p.name for p in (tmp_path / live_servers.LIVE_DIR).iterdir()) == ["s1.json", "s2.json"]
+
+
+_IN_A_LEADERLESS_GROUP = """
+import json, os, sys
+from pathlib import Path
+import psutil
+from e2e.serve import live_servers, owners
+from e2e.serve.server_proof import group_refusal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+run = Path(sys.argv[1])
+own, parent = os.getpgrp(), os.getpgid(os.getppid())
+leader_alive = psutil.pid_exists(own)  # before os.kill is replaced: pid_exists asks it
+sent = []  # every way a sweep signals, recorded and never sent
+os.killpg = lambda pgid, sig: sent.append(pgid)
+os.kill = lambda pid, sig: sent.append(pid)
+psutil.Process.kill = lambda self: sent.append(self.pid)
+psutil.Process.send_signal = lambda self, sig: sent.append(self.pid)
+for sid, pgid in (("own", own), ("parent", parent)):
+    live_servers.record(run / live_servers.LIVE_DIR, sid, {"tag": f"{run}::c", "pgid": pgid, "pid": pgid, "pid_started": 0.0})
+    live_servers.record(run / live_servers.LIVE_DIR, sid + "-ticks", {"tag": f"{run}::c", "pgid": pgid, "pid": pgid, **owners.process_identity(pgid)})
+entries = live_servers.clear_records(run)
+out = {"leader_alive": leader_alive, "refusals": [group_refusal(own), group_refusal(parent)],
+       "kinds": [e["kind"] for e in entries], "orphans": len(live_servers.find_orphans(str(run))), "sent": sent}
+(run / "answer.json").write_text(json.dumps(out))
+"""
+
+
+def test_a_sweep_from_a_group_whose_leader_exited_answers(tmp_path):
+    """Launched as a test command from a background shell that has exited: this process's group has
+    no leader. The sweep's checks answer (refused, nothing signalled) instead of raising."""
+    script = tmp_path / "check.py"
+    script.write_text(_IN_A_LEADERLESS_GROUP)
+    run = tmp_path / "run"
+    run.mkdir()
+    # setsid: a group of its own, led by the shell, which exits before the check starts; the check's
+    # parent, a subshell, stays in that group
+    cmd = f"(sleep 0.5; {sys.executable} {script} {run} 2> {run}/err) & exit 0"
+    subprocess.run(["setsid", "bash", "-c", cmd], cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    answer, err = run / "answer.json", run / "err"
+    deadline = time.monotonic() + 60
+    while not answer.exists() and time.monotonic() < deadline:
+        if err.exists() and err.stat().st_size:  # it raised
+            time.sleep(0.5)
+            break
+        time.sleep(0.1)
+    assert answer.exists(), err.read_text() if err.exists() else "no answer in 60 s"
+    got = json.loads(answer.read_text())
+    assert got["leader_alive"] is False  # the case: a group whose leader has exited
+    assert all(r is not None for r in got["refusals"]) and got["sent"] == []
+    assert got["kinds"] == ["left-alone"] * 4 and got["orphans"] == 0
 
 
 def test_group_refusal_names_what_is_never_signalled():

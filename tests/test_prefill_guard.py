@@ -1,5 +1,5 @@
 """The prefill guard (e2e/stats/prefill_guard.py) and the estimator it decides per arm and point
-(e2e/analysis/estimator.py), on simulated rows with server timings (e2e/stats/sim_server_timings.py).
+(e2e/analysis/estimator.py), on simulated rows with server timings (e2e/validation/sim_server_timings.py).
 The run-wide guard these replace trusted a +6 ms long-request prefill at 32K (its tolerance,
 max(1 %, 3 sd), was at or above the min effect) and dropped the whole run to the plain estimate on
 one missing prefill time."""
@@ -11,8 +11,8 @@ import pytest
 
 from e2e.analysis.estimator import bookends_under, choose_estimator
 from e2e.stats import estimate, prefill_guard
-from e2e.stats import sim_server_timings as sst
 from e2e.stats.point import Point
+from e2e.validation import sim_server_timings as sst
 
 L, S, D32 = 64, 8, 32768
 

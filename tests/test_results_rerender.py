@@ -1,6 +1,7 @@
-"""Every committed summary.json is what `run_e2e.py report` computes from its run folder now (floats to
-1e-3 relative, e2e/report/rerender.py), on a clean clone: nothing outside the run folder is read (the git-ignored
-assets/ least of all), so the committed reports say what their rows say on every machine."""
+"""Every committed summary.json is what `run_e2e.py report` computes from its run folder now (floats
+to 1e-3 relative: e2e/report/rerender.py, the rule for every committed file, which `report` itself
+keeps a committed summary by), on a clean clone: nothing outside the run folder is read (the
+git-ignored assets/ least of all), so the committed reports say what their rows say on every machine."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 
 from e2e.analysis.run_analysis import RunAnalysis
-from e2e.report import report_md, rerender
+from e2e.report import report_md
 from e2e.report import summary as sm
 from e2e.report.write import gsm8k_summaries
 from tests.support import ROOT, results_index
+from tests.support.committed import differs
 
 # the folders git tracks (the demo's scratch run beside them is not a committed report)
 COMMITTED = [p for p in results_index().committed_folders(ROOT) if (p / "summary.json").is_file()]
@@ -30,16 +32,13 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)  # cannot be removed: it records only while _opened is a list
 
 
-_differs = rerender.differs  # the one comparison, e2e/report/rerender.py
-
-
 def test_the_comparison_tolerates_float_noise_only():
     s = {"a": [1.0, {"v": "equivalent", "n": 2}], "p": 1e-16}
-    assert _differs(s, {"a": [1.0 + 5e-5, {"v": "equivalent", "n": 2}], "p": 1.00004e-16}) == []
-    assert _differs(s, {"a": [1.01, {"v": "equivalent", "n": 2}], "p": 1e-16}) == ["/a[0]: 1.0 against 1.01"]
-    assert _differs(s, {"a": [1.0, {"v": "slower", "n": 2}], "p": 1e-16}) == ["/a[1]/v: 'equivalent' against 'slower'"]
-    assert _differs(s, {"a": [1.0, {"v": "equivalent", "n": 3}], "p": 1e-16}) != []
-    assert _differs(s, {"a": [1.0], "p": 1e-16}) != []
+    assert differs(s, {"a": [1.0 + 5e-5, {"v": "equivalent", "n": 2}], "p": 1.00004e-16}) == []
+    assert differs(s, {"a": [1.01, {"v": "equivalent", "n": 2}], "p": 1e-16}) == ["/a[0]: 1.0 against 1.01"]
+    assert differs(s, {"a": [1.0, {"v": "slower", "n": 2}], "p": 1e-16}) == ["/a[1]/v: 'equivalent' against 'slower'"]
+    assert differs(s, {"a": [1.0, {"v": "equivalent", "n": 3}], "p": 1e-16}) != []
+    assert differs(s, {"a": [1.0], "p": 1e-16}) != []
 
 
 def _code(p: Path) -> bool:
@@ -61,5 +60,5 @@ def test_a_committed_summary_re_renders_from_its_run_folder_alone(run, tmp_path,
         _opened = None
     outside = sorted({str(p) for p in opened if not p.is_relative_to(run.resolve()) and not _code(p)})
     assert outside == [], f"{run.name}: the report read outside its run folder"
-    differs = _differs(json.loads((run / "summary.json").read_text()), s)
-    assert differs == [], f"{run.name}: summary.json is not what `run_e2e.py report` gives now: re-render it"
+    found = differs(json.loads((run / "summary.json").read_text()), s)
+    assert found == [], f"{run.name}: summary.json is not what `run_e2e.py report` gives now: re-render it"

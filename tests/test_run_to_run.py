@@ -1,7 +1,7 @@
 """Run-to-run variation where one run stands for a release (issue 34, item 1) and predictions with
 their uncertainty (item 5): the stated prior and its measurement, compare and history widened by
 it, the smallest step a history could have found, the dry run's MDE interval, and the conformance
-rows of e2e/stats/conformance_runs.py."""
+rows of e2e/validation/conformance_runs.py."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from e2e.analysis.run_analysis import RunAnalysis
 from e2e.errors import UserError
 from e2e.report import compare, history
 from e2e.stats import changepoints as cp
-from e2e.stats import conformance_runs as cr
 from e2e.stats import planning, verdicts
 from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, widen
+from e2e.validation import conformance_runs as cr
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 
@@ -34,9 +34,6 @@ def test_the_stored_prior_is_what_the_committed_runs_give():
     committed run of that setup, or a changed rule, fails here until PRIOR is updated)."""
     assert run_prior.measure(RESULTS) == run_prior.PRIOR
     assert len(run_prior.PRIOR["runs"]) == 5 and "h200-fork-tp1" not in run_prior.PRIOR["runs"]
-    for p in run_prior.PRIOR["points"]:  # the conformance generator's truth is the same prior
-        assert cr.PRIOR_LEVEL[p["depth"]] == pytest.approx(p["sd_level_pct"] / 100)
-        assert cr.PRIOR_RATIO[p["depth"]] == pytest.approx(p["sd_ratio_pct"] / 100)
 
 
 def test_an_arm_other_than_the_reference_adds_its_ratio_sd_and_other_points_take_the_largest():
@@ -195,7 +192,7 @@ def test_the_mde_interval_comes_from_an_earlier_run_that_could_not_measure_every
 def test_conformance_rows():
     """The old rule's failure reproduced (far more than 5 % at a 1 % run sd; above 5 % at the prior
     with a 0.5 % min effect) and every target met with the prior (N small: the tolerance is wide;
-    `python -m e2e.stats.conformance_runs` prints the table at N 400)."""
+    `python -m e2e.validation.conformance_runs` prints the table at N 400)."""
     figs = {f.key: f for f in cr.compare_figures(cr.Sim(11), 60) + cr.history_figures(cr.Sim(12), 40)}
     assert figs["cmp_old_1pct"].value > 0.5 and figs["hist_old_1pct"].value > 0.3
     assert figs["cmp_old_prior"].value > 0.05

@@ -147,7 +147,7 @@ def test_the_committed_reference_run_resolves_a_percent_at_32k():
 
 
 def _growing(seed, excess, per_point=False, k=6):
-    from e2e.stats import simulation as sim_
+    from e2e.validation import simulation as sim_
 
     rg = sim_.Regime("t", 0.002, excess, (0.001, 0.002, 0.005), min_effect=1.0)
     cells = sim_.Sim(seed=seed, pool=40).experiment(rg, k, {"ref": {}, "arm": {}})
@@ -182,7 +182,7 @@ def test_at_one_point_the_two_excess_models_are_one_and_no_choice_is_stated():
 def test_the_proportional_excess_is_weighed_by_each_points_noise_not_the_rounds_its_cells_ran():
     # an adaptive second stage gives 32K more rounds: weighed by the cells' own variances, 32K's
     # weight fell and the fit moved excess off 32K (coverage there 90 %, docs/statistics/adaptive.md)
-    from e2e.stats import simulation as sim_
+    from e2e.validation import simulation as sim_
 
     rg = sim_.Regime("t", 0.002, (0.0005, 0.002, 0.012), (0.001, 0.002, 0.005), min_effect=1.0)
     sim = sim_.Sim(seed=11, pool=40)

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from e2e.analysis import load, routing_table, run_folder, slots, stalls, startups, wall_clock
+from e2e.analysis import comparisons, load, routing_table, run_folder, slots, stalls, startups, wall_clock
 from e2e.analysis.estimator import bookends_under, choose_estimator
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
@@ -219,7 +219,11 @@ class RunAnalysis:
     def _comparisons(self) -> list[dict[str, Any]]:
         """Per arm and point: a row per pass (ratio and within-server interval, no decision word),
         then the pooled comparison over passes (each server one replicate), decided with Holm's
-        correction across the run's arm x point family (e2e/stats/verdicts.py)."""
+        correction across the run's arm x point family (e2e/analysis/comparisons.py: the one rule, which
+        the validation wing's simulated runs are decided by too)."""
+        pooled_of, self.correction = comparisons.decide(
+            self.fit, self.arms, self.points, self._cells_of, self.alpha, self.min_effect_pct
+        )
         entries: list[tuple[dict[str, Any], verdicts.Comparison]] = []
         for arm in self.arms[1:]:
             ref = self.arms[0]
@@ -234,29 +238,17 @@ class RunAnalysis:
                             verdicts.within_server_ratio(rc, a, self.alpha, self.min_effect_pct),
                         )
                     )
-                entries.append(
-                    (
-                        {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"},
-                        verdicts.model_comparison(
-                            self.fit,
-                            arm,
-                            ref,
-                            d,
-                            self._cells_of(ref, d),
-                            self._cells_of(arm, d),
-                            self.alpha,
-                            self.min_effect_pct,
-                        ),
-                    )
-                )
+                head: dict[str, Any] = {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"}
+                entries.append((head, pooled_of[(arm, d)]))
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
-        for h, c in pooled:  # no estimate because the KV cache could not hold the point: said so
+        # no estimate because the KV cache could not hold the point: said so (no p-value, so the family
+        # decided above is the same)
+        for h, c in pooled:
             if c.decision == verdicts.NODATA and (
                 self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
             ):
                 c.decision = verdicts.NOT_MEASURED_KV
                 c.warnings = []  # each skipped cell's reason is in the run's warnings, once
-        self.correction = verdicts.decide_family([c for _, c in pooled], self.alpha, "holm")
         self._plan_family(pooled)
         # an arm whose patch changed nothing at a point: its verdict is inert, whatever the numbers say
         self.inert = patch_evidence.inert_points(self.cell_rows.values(), self.reference)

@@ -18,7 +18,7 @@ How it was measured (measure(), `python -m e2e.analysis.run_prior` prints it aga
   those points' sds are the larger).
 * Each sd holds the runs' own within-run error as well as the run factor (the moment estimate
   sd^2 - mean(se^2) is near 0 at 8K and 32K and the sds rest on 4-5 runs): the prior leans
-  conservative, and the conformance (e2e/stats/conformance_runs.py) shows what it costs in power.
+  conservative, and the conformance (e2e/validation/conformance_runs.py) shows what it costs in power.
 
 The prior is taken as known (no degrees of freedom of its own). Override it with --run-sd PCT (one
 sd at every point; 0 switches it off), --run-prior FILE (a JSON of PRIOR's shape) or the config's

@@ -1,5 +1,7 @@
-"""Bookends: did a server move between its opening and its close? Pure functions, and the
-simulation that checks the test's false-alarm rate (`python -m e2e.stats.bookends`).
+"""Bookends: did a server move between its opening and its close? Pure functions; the simulation
+that checks the test's false-alarm rate is e2e/validation/conformance_bookends.py
+(`python -m e2e.validation.conformance_bookends`; `python -m e2e.stats.bookends`, the name the
+committed reports give, runs it too).
 
 At the end of each server's life (after its last depth with `--server-mode per-arm-pass`, after its
 cell in fresh mode) the runner measures `workload.bookend_rounds` more rounds of the server's FIRST
@@ -13,7 +15,7 @@ The closing rounds are compared with the opening cell's own timed rounds:
 
 The exact test's null distribution is every split of the rounds into opening and closing: under a
 stationary server (rounds exchangeable) its false-alarm rate is at most alpha whatever the noise's
-shape. The simulation below checks that through these same functions, and shows what it does not
+shape. The simulation checks that through these same functions, and shows what it does not
 cover: round-to-round correlation (AR(1)) raises the rate, which is a server that drifts, i.e. what
 the flag is for. The 1 % floor keeps a real but harmless step on a very quiet GPU from marking the
 server: a step of s moves the cell's estimate, taken between the two, by at most s. A design whose
@@ -23,7 +25,6 @@ at all, and the row says so: a test that cannot reject must not read as "station
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Sequence
 from math import comb
 from typing import Any
@@ -184,82 +185,7 @@ def servers_without(cell_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-# -- the false-alarm rate, by simulation through the functions above ---------------------------------
-DESIGNS = [  # (label, opening rounds, closing rounds, noise CV, outlier share, AR(1) rho, true step)
-    ("stationary, CV 2 %", 10, 5, 0.02, 0.0, 0.0, 0.0),
-    ("stationary, CV 5 %", 6, 5, 0.05, 0.0, 0.0, 0.0),
-    ("stationary, CV 5 %, 10 % outlier rounds (+30 %)", 6, 5, 0.05, 0.10, 0.0, 0.0),
-    ("stationary, CV 2 %", 5, 5, 0.02, 0.0, 0.0, 0.0),
-    ("drifting: AR(1) rho 0.5, CV 2 %", 10, 5, 0.02, 0.0, 0.5, 0.0),
-    ("step 2.4 % (issue 23's neighbour), CV 1 %", 10, 5, 0.01, 0.0, 0.0, 2.4),
-    ("step 5 %, CV 2 %", 6, 5, 0.02, 0.0, 0.0, 5.0),
-    ("step 30 % (the CPU test's injected delay), CV 5 %", 6, 5, 0.05, 0.0, 0.0, 30.0),
-]
+if __name__ == "__main__":  # the reports' `python -m e2e.stats.bookends` (tests/test_layers.py: SHIMS)
+    from e2e.validation.conformance_bookends import main
 
-
-def simulate_rates(
-    n_open: int,
-    n_close: int,
-    cv: float,
-    outliers: float,
-    rho: float,
-    step_pct: float,
-    n: int,
-    alpha: float,
-    min_step_pct: float,
-    seed: int = 0,
-) -> dict[str, float]:
-    """Share of n simulated servers whose bookend is p < alpha, and flagged non-stationary."""
-    rng = np.random.default_rng(seed)
-    k = n_open + n_close
-    z = rng.normal(0, 1, (n, k))
-    for j in range(1, k):  # AR(1) with unit marginal variance
-        z[:, j] = rho * z[:, j - 1] + np.sqrt(1 - rho**2) * z[:, j]
-    x = 10.0 * np.exp(cv * z) * np.where(rng.random((n, k)) < outliers, 1.3, 1.0)
-    x[:, n_open:] *= 1 + step_pct / 100
-    p, step = step_p(x[:, :n_open], x[:, n_open:])
-    return {"p_below_alpha": float((p < alpha).mean()), "flagged": float(flagged(p, step, alpha, min_step_pct).mean())}
-
-
-def conformance(n: int = 2000, alpha: float = 0.01, min_step_pct: float = 1.0) -> list[dict[str, Any]]:
-    rows = []
-    for i, (label, n1, n2, cv, out, rho, step) in enumerate(DESIGNS):
-        r = simulate_rates(n1, n2, cv, out, rho, step, n, alpha, min_step_pct, seed=i)
-        null = step == 0 and rho == 0
-        rows.append(
-            {
-                "design": label,
-                "opening": n1,
-                "closing": n2,
-                "step_pct": step,
-                **r,
-                "target": f"<= {100 * alpha:g} % (+3 MC se)" if null else "-",
-                "met": (r["flagged"] <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / n)) if null else None,
-                "n": n,
-            }
-        )
-    return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.stats.bookends", description=__doc__.splitlines()[0])
-    ap.add_argument("--experiments", type=int, default=20000)
-    ap.add_argument("--alpha", type=float, default=0.01)
-    ap.add_argument("--min-step-pct", type=float, default=1.0)
-    a = ap.parse_args(argv)
-    print(
-        f"| design | opening / closing rounds | p < {a.alpha:g} | flagged (and step >= {a.min_step_pct:g} % either way) "
-        "| target | met |\n|---|---|---|---|---|---|"
-    )
-    for r in conformance(a.experiments, a.alpha, a.min_step_pct):
-        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
-        print(
-            f"| {r['design']} | {r['opening']} / {r['closing']} | {100 * r['p_below_alpha']:.2f} % | "
-            f"{100 * r['flagged']:.2f} % | {r['target']} | {met} |"
-        )
-    print(f"({a.experiments} simulated servers per design; {TEST})")
-    return 0
-
-
-if __name__ == "__main__":
     raise SystemExit(main())

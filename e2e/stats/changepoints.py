@@ -19,7 +19,7 @@ model, so a step means what "slower"/"faster" means elsewhere in the tool):
 * What it could find: each series states the smallest step its tested splits would call with 80 %
   power (`detectable_pct`: planning.mde_pct at the split's se, df and Bonferroni step, the least
   over the splits; the best-placed split is near the middle). The conformance of this figure is
-  e2e/stats/conformance_runs.py.
+  e2e/validation/conformance_runs.py.
 * Binary segmentation with a cheap scan. In a segment of runs, every split with at least 2 servers
   on each side is a candidate. A scan ranks them in one pass over prefix sums (the weighted
   between-sides sum of squares of the run means, and how far each split's step may reach past the
@@ -35,7 +35,7 @@ model, so a step means what "slower"/"faster" means elsewhere in the tool):
   shown equivalent (TOST against +-min effect, each at alpha: an intersection-union test needs no
   correction); otherwise the series cannot tell, and the split nearest to failing says by how much.
 * A step between runs of few servers is located to within a run or so (the conformance suite
-  gives the rates). `python -m e2e.stats.bench_changepoints` times the search on long series.
+  gives the rates). `python -m e2e.validation.bench_changepoints` times the search on long series.
 """
 
 from __future__ import annotations

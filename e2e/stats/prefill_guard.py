@@ -30,7 +30,7 @@ and trusts the server's timings only where
 Otherwise the arm's cells at that point use the plain client estimate, and `Trust.why` says which
 rule. The gap's noise is the prefill jitter the correction removes, so the guard cannot resolve a
 bias much below its se: the tolerance is in units of the min effect, where a bias would decide,
-and `python -m e2e.stats.conformance_guard` shows the false-decision rate it leaves.
+and `python -m e2e.validation.conformance_guard` shows the false-decision rate it leaves.
 """
 
 from __future__ import annotations

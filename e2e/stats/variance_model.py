@@ -28,7 +28,7 @@ The model (docs, "Between arms"):
   degrees of freedom) propagated to the contrast's variance. Few servers and a large server
   variance give few degrees of freedom (2 + 2 servers: about 2); a server variance that the data
   show to be small next to the cells' own noise gives many. The conformance suite
-  (e2e/stats/conformance.py) checks coverage and error rates by simulation.
+  (e2e/validation/conformance.py) checks coverage and error rates by simulation.
 * The same computation serves planning (e2e/stats/planning.py): the variance and degrees of freedom of
   a design not yet run, from a fit's components.
 """

@@ -1,7 +1,8 @@
 """Simulated runs with a known truth, for the conformance of the decision layer
-(e2e/stats/conformance.py): cells drawn as measure.py would write them, servers and experiments
-built from them, and a run's comparisons decided as analysis.RunAnalysis decides them; for the
-gsm8k sign-off, discordant counts drawn and judged by its test.
+(e2e/validation/conformance.py): cells drawn as measure.py would write them, servers and experiments
+built from them, and a run's comparisons decided by the function analysis.RunAnalysis decides a
+run's with (e2e/analysis/comparisons.py); for the gsm8k sign-off, discordant counts drawn and
+judged by its test.
 
 The simulation is the reference design: two arms (three in the family check), depths 1K, 8K and 32K,
 64- and 8-token requests, 6 rounds per cell, per-arm-pass servers. A request of n tokens takes
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
+from e2e.analysis import comparisons
 from e2e.stats import cells as stats
 from e2e.stats import planning, signoff
 from e2e.stats import variance_model as vm
@@ -161,20 +163,17 @@ def fit(cells: Sequence[SimCell]) -> vm.Fit | None:
 def family(
     cells: Sequence[SimCell], ref: str, min_effect: float, alpha: float = ALPHA, f: vm.Fit | None = None
 ) -> list[tuple[str, int, v.Comparison]]:
-    """The run's comparisons, decided as analysis.RunAnalysis decides them (one fit, Holm);
-    f: the fit of these cells, when the caller has it already."""
+    """The run's comparisons, decided by the function RunAnalysis decides a run's with
+    (e2e/analysis/comparisons.py: one fit, Holm over the arm x depth family) as (arm, depth,
+    comparison); f: the fit of these cells, when the caller has it already."""
     f = f or fit(cells)
-    arms = list(dict.fromkeys(c[0] for c in cells))
-    out = []
-    for arm in arms:
-        if arm == ref:
-            continue
-        for d in DEPTHS:
-            rc = [c[3] for c in cells if c[0] == ref and c[1] == d]
-            ac = [c[3] for c in cells if c[0] == arm and c[1] == d]
-            out.append((arm, d, v.model_comparison(f, arm, ref, Point(d), rc, ac, alpha, min_effect)))
-    v.decide_family([c for *_, c in out], alpha)
-    return out
+    arms = [ref] + [a for a in dict.fromkeys(c[0] for c in cells) if a != ref]
+
+    def cells_of(arm: str, p: Point) -> list[stats.CellStats]:
+        return [c[3] for c in cells if c[0] == arm and c[1] == p.depth]
+
+    decided, _ = comparisons.decide(f, arms, POINTS, cells_of, alpha, min_effect)
+    return [(arm, p.depth, c) for (arm, p), c in decided.items()]
 
 
 def true_components(

@@ -1,6 +1,6 @@
-"""The adaptive two-stage rule by simulation, for the conformance table (e2e/stats/conformance.py).
+"""The adaptive two-stage rule by simulation, for the conformance table (e2e/validation/conformance.py).
 
-    python -m e2e.stats.conformance_adaptive --regime h200-growing --experiments 80
+    python -m e2e.validation.conformance_adaptive --regime h200-growing --experiments 80
 
 runs its rows alone (one regime, or all), to measure a change to the rule without the whole table."""
 
@@ -13,10 +13,10 @@ import numpy as np
 
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
-from e2e.stats.conformance_figures import Figure, covers_one, markdown, rate, tol
-from e2e.stats.conformance_figures import _experiments as experiments_arg
 from e2e.stats.point import Point
-from e2e.stats.simulation import DEPTHS, POINTS, REGIMES, SEED, Sim, family
+from e2e.validation.conformance_figures import Figure, covers_one, markdown, rate, tol
+from e2e.validation.conformance_figures import _experiments as experiments_arg
+from e2e.validation.simulation import DEPTHS, POINTS, REGIMES, SEED, Sim, family
 
 # -- the adaptive stop ----------------------------------------------------------------------------
 COSTS = planning.Costs(
@@ -115,7 +115,9 @@ def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> 
 
 def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
     """The adaptive rows alone, as markdown; 1 when a row misses its target."""
-    ap = argparse.ArgumentParser(prog="python -m e2e.stats.conformance_adaptive", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m e2e.validation.conformance_adaptive", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--experiments", type=experiments_arg, default=80, help="runs per regime (default %(default)s)")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--regime", choices=[n for n, _ in ADAPTIVE], action="append", help="repeatable (default: all)")

@@ -1,9 +1,9 @@
-"""Conformance of the prefill guard: simulated runs with server timings (e2e/stats/sim_server_timings.py)
+"""Conformance of the prefill guard: simulated runs with server timings (e2e/validation/sim_server_timings.py)
 and a known truth, through the functions a run uses (prefill_guard.judge per arm and depth, one
 estimator per depth, then cell_stats -> variance_model.fit -> verdicts, as simulation.family decides). Prints the figures as a
 markdown table (tests/test_conformance_guard.py asserts them):
 
-    python -m e2e.stats.conformance_guard [--experiments N] [--seed S]
+    python -m e2e.validation.conformance_guard [--experiments N] [--seed S]
 
 A/A designs, 3 servers per arm, min effect 1 %: the reference arm's server reports its prefill
 well, the other arm's under the fault (with missing values, both arms). Beside each guard row, the
@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from e2e.stats import sim_server_timings as sst
-from e2e.stats import simulation
 from e2e.stats import verdicts as v
-from e2e.stats.conformance_figures import Figure, covers_one, rate, table_main, tol
 from e2e.stats.estimate import CORRECTED
+from e2e.validation import sim_server_timings as sst
+from e2e.validation import simulation
+from e2e.validation.conformance_figures import Figure, covers_one, rate, table_main, tol
 
 K, MIN_EFFECT = 3, 1.0
 DECIDED = (v.SLOWER, v.FASTER)
@@ -112,7 +112,7 @@ def run(n: int = 400, seed: int = simulation.SEED) -> list[Figure]:
 
 
 def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    return table_main("python -m e2e.stats.conformance_guard", __doc__, run, 400, argv, echo)
+    return table_main("python -m e2e.validation.conformance_guard", __doc__, run, 400, argv, echo)
 
 
 if __name__ == "__main__":

@@ -2,47 +2,44 @@
 put in a two-run history through the functions `compare` and `history` use
 (run_to_run.two_runs; changepoints.judge_series with its run_sd), and the smallest step a
 history states it could have found, checked against the rate it finds that step at. Prints a
-markdown table (tests/test_conformance_runs.py asserts its rows):
+markdown table (tests/test_run_to_run.py asserts its rows at a smaller N):
 
-    python -m e2e.stats.conformance_runs [--experiments N] [--seed S]
+    python -m e2e.validation.conformance_runs [--experiments N] [--seed S]
 
-The generator is e2e/stats/simulation.py's H200 regime (2 arms, 1K/8K/32K, per-arm-pass servers)
+The generator is e2e/validation/simulation.py's H200 regime (2 arms, 1K/8K/32K, per-arm-pass servers)
 with each run's own offset on top: per depth, the level of every arm moves by N(0, sd_level) and
-the second arm's ratio by N(0, sd_ratio), at the stated prior's sds (e2e/analysis/run_prior.py:
-PRIOR, copied below as the truth) or at a flat sd. "Old" rows decide as the code did before the
-prior (run_sd 0: the two runs' servers exchangeable). A rate target "<= 5 %" is met at 5 % + 3
+the second arm's ratio by N(0, sd_ratio), at the stated prior's sds (e2e/analysis/run_prior.py's
+stated(): the prior `compare` and `history` assume, imported as the truth) or at a flat sd. "Old"
+rows decide as the code did before the prior (run_sd 0: the two runs' servers exchangeable). A rate target "<= 5 %" is met at 5 % + 3
 Monte-Carlo standard errors; the detectable step's rate is met within 80 % +- (10 points + 3 MC
 standard errors): the figure is planning's MDE at the best-placed split, an approximation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from e2e.analysis import run_prior
 from e2e.stats import changepoints
 from e2e.stats import verdicts as v
 from e2e.stats.changepoints import Run
-from e2e.stats.conformance_figures import Figure, table_main, tol
 from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, SimpleCell, two_runs
-from e2e.stats.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled
+from e2e.validation.conformance_figures import Figure, table_main, tol
+from e2e.validation.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled
 
-# the stated prior's sds (fractions) as this generator's truth: PRIOR of e2e/analysis/run_prior.py
-# (tests/test_conformance_runs.py checks they agree; stats may not import analysis)
-PRIOR_LEVEL = {1024: 0.0015, 8192: 0.00322, 32768: 0.00311}
-PRIOR_RATIO = {1024: 0.00187, 8192: 0.00072, 32768: 0.00363}
 ARMS = ("ref", "arm")
 POINTS = [Point(d) for d in DEPTHS]
 RG = REGIMES["h200"]
 
 
 def prior() -> RunSd:
-    return RunSd(
-        {Point(d): s for d, s in PRIOR_LEVEL.items()}, {Point(d): s for d, s in PRIOR_RATIO.items()}, "the prior"
-    )
+    """The stated prior as `compare` and `history` assume it (run_prior.stated), named short for the table."""
+    return dataclasses.replace(run_prior.stated(), source="the prior")
 
 
 def one_run(sim: Sim, true: RunSd, k: int, tag: str, step: float = 0.0) -> list[SimpleCell]:
@@ -164,7 +161,7 @@ def run(n: int = 400, seed: int = SEED) -> list[Figure]:
 
 
 def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    return table_main("python -m e2e.stats.conformance_runs", __doc__, run, 400, argv, echo)
+    return table_main("python -m e2e.validation.conformance_runs", __doc__, run, 400, argv, echo)
 
 
 if __name__ == "__main__":

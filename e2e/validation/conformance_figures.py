@@ -1,4 +1,4 @@
-"""The figures of the conformance table (e2e/stats/conformance.py): a rate with its Monte-Carlo
+"""The figures of the conformance table (e2e/validation/conformance.py): a rate with its Monte-Carlo
 interval and its target."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from e2e.stats import signoff
 from e2e.stats import verdicts as v
-from e2e.stats.simulation import SEED
+from e2e.validation.simulation import SEED
 
 
 # -- figures ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """How long the change-point search takes on long synthetic series (not a test: a timing to read).
 
-    python -m e2e.stats.bench_changepoints            # 100, 300 and 1000 runs
-    python -m e2e.stats.bench_changepoints 2000       # other lengths
+    python -m e2e.validation.bench_changepoints            # 100, 300 and 1000 runs
+    python -m e2e.validation.bench_changepoints 2000       # other lengths
 
 Each series: 2 servers a run, run-to-run sd 0.5 %, server sd 0.5 %, a 4 % step up a third of the
 way in and back down at two thirds; the search as `history` runs it (judge_series: the steps and

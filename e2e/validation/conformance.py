@@ -1,10 +1,10 @@
-"""Conformance of the decision layer: simulated runs with a known truth (e2e/stats/simulation.py),
+"""Conformance of the decision layer: simulated runs with a known truth (e2e/validation/simulation.py),
 through the functions a run uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison
 -> verdicts.decide_family; planning for the MDE and the adaptive allocation; changepoints for a
 history; signoff's non-inferiority test on simulated counts). Prints the figures as a markdown table
 (tests/test_conformance.py asserts them):
 
-    python -m e2e.stats.conformance [--experiments N] [--seed S]
+    python -m e2e.validation.conformance [--experiments N] [--seed S]
 
 Every rate comes with its 95 % Monte-Carlo (Wilson) interval; a target "<= 5 %" is met when the
 rate is at most 5 % + 3 Monte-Carlo standard errors.
@@ -18,9 +18,9 @@ import numpy as np
 
 from e2e.stats import changepoints, planning, signoff
 from e2e.stats import verdicts as v
-from e2e.stats.conformance_adaptive import adaptive_figures
-from e2e.stats.conformance_figures import Figure, at_least, at_most, covers_one, rate, table_main, tol
-from e2e.stats.simulation import (
+from e2e.validation.conformance_adaptive import adaptive_figures
+from e2e.validation.conformance_figures import Figure, at_least, at_most, covers_one, rate, table_main, tol
+from e2e.validation.simulation import (
     ALPHA,
     DEPTHS,
     POINTS,
@@ -363,7 +363,7 @@ def run(n: int = 500, seed: int = SEED) -> list[Figure]:
 
 
 def main(argv: list[str] | None = None, echo: Callable[[str], None] = print) -> int:
-    return table_main("python -m e2e.stats.conformance", __doc__, run, 2000, argv, echo)
+    return table_main("python -m e2e.validation.conformance", __doc__, run, 2000, argv, echo)
 
 
 if __name__ == "__main__":

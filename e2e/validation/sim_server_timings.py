@@ -1,6 +1,6 @@
-"""Simulated server timings, for the prefill guard's conformance (e2e/stats/conformance_guard.py).
+"""Simulated server timings, for the prefill guard's conformance (e2e/validation/conformance_guard.py).
 
-The cells of e2e/stats/simulation.py (cell_rows: what the client waits for after the prefill) with a
+The cells of e2e/validation/simulation.py (cell_rows: what the client waits for after the prefill) with a
 prefill added to every request: the client waits PREFILL_S plus a jitter (JITTER_S sd, by depth,
 the H200's 32K prefill ~2.7 s with a 4-9 ms sd), and the server reports that same prefill with a
 small error of its own (REPORT_SD_S) under a Fault: a constant offset on every report, a
@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from e2e.stats import cells as stats
-from e2e.stats import prefill_guard, simulation
+from e2e.stats import prefill_guard
 from e2e.stats.estimate import CLIENT, CORRECTED
-from e2e.stats.simulation import DEPTHS, LONG, ROUNDS, SHORT, TPT_MS, Regime, SimCell
+from e2e.validation import simulation
+from e2e.validation.simulation import DEPTHS, LONG, ROUNDS, SHORT, TPT_MS, Regime, SimCell
 
 PREFILL_S = {1024: 0.08, 8192: 0.6, 32768: 2.7}
 JITTER_S = {1024: 0.0007, 8192: 0.002, 32768: 0.003}
