@@ -255,3 +255,13 @@ def test_a_per_point_excess_with_no_server_factor_carries_the_server_variance_at
     cells = planning.hypothetical_cells(["ref", "arm"], pts, 3, {p: 6 for p in pts}, False)
     d, theta = vm.planned(cells, 1e-4, 4e-6, {pts[0]: 0.25, pts[1]: 1.0})
     assert d.per_point and not d.kept and theta == pytest.approx((1e-4 + 1e-6, 1e-4 + 4e-6))
+
+
+def test_a_cell_left_with_one_round_of_a_length_keeps_the_fit_finite():
+    """The stall check can leave a cell one round of a length (the H100 run of 2026-12-06: 8K x 16, one
+    short round of five): its median is that round, of the per-value variance (factor 1, df 0), where
+    a NaN factor made the REML search's SVD fail and `report` stop."""
+    from e2e.stats.cells import median_variance_factor
+
+    assert median_variance_factor(1) == (1.0, 0.0)
+    assert median_variance_factor(2)[0] < 1.0  # a median of two varies less than one value

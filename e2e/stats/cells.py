@@ -56,7 +56,9 @@ def median_variance_factor(n: int) -> tuple[float, float]:
     that estimate has about df degrees of freedom (2 / CV^2 of it). By simulation of normal samples
     (fixed seed, 200,000 samples; asymptotics beyond 200: pi / 2n and 0.3676 n). For heavy-tailed
     rounds it errs on the safe side (t3: 2.02 / n against the median's true 1.85 / n)."""
-    if n < 2:
+    if n == 1:  # one value is its own median: its variance is the per-value variance, and it says nothing of it
+        return 1.0, 0.0
+    if n < 1:
         return math.nan, 0.0
     if n > 200:
         return math.pi / (2 * n), 0.3676 * n

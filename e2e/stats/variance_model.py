@@ -346,7 +346,10 @@ def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[floa
         PM = [P @ M for M in mats]
         score = np.array([-0.5 * (float(np.trace(A)) - float(Py @ (M @ Py))) for A, M in zip(PM, mats)])
         info = np.array([[0.5 * float(np.sum(A * B.T)) for B in PM] for A in PM])
-        return 0.5 * (ld + ldx + float(y @ Py)), score, info
+        f = 0.5 * (ld + ldx + float(y @ Py))
+        if not (math.isfinite(f) and np.all(np.isfinite(score)) and np.all(np.isfinite(info))):
+            return None  # components where V is numerically singular: not a point the search may take
+        return f, score, info
 
     def search(t: np.ndarray) -> tuple[np.ndarray, float, bool]:
         st = state(t)
