@@ -44,7 +44,7 @@ pack() {
   return 0
 }
 
-RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)|kernels_check"   # pgrep -f: a started or a resumed run, or the kernel check before it
+RUNNING="run_e2e.py (--config $CONFIG|--resume $RUN)|kernels_full.sh|kernels_check"   # pgrep -f: a started or a resumed run, or the kernel check before it (its script first imports vLLM)
 
 # Refuse a run folder that git tracks files under (see the header): the next call's copy would
 # overwrite or delete what the run writes there.
