@@ -218,6 +218,7 @@ def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, s
             "model",
             "plan.json",
             "requests.jsonl",
+            "profiles.jsonl",  # the cell's kernel (CPU op) profile, taken at its server's end
             "summary.json",
             "summary.csv",
             "comparisons.csv",
