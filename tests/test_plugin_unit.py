@@ -9,7 +9,6 @@ interpreter that does not have the project installed.
 from __future__ import annotations
 
 import ast
-import functools
 import itertools
 import json
 import os
@@ -29,7 +28,7 @@ from e2e.errors import UserError
 from e2e.plugin import hooks, instrument, patches, recorder
 from e2e.rundir import routing as folding
 from e2e.serve import launch
-from tests.support import vllm_excerpts
+from tests.support import kernel_standins, vllm_excerpts
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_GATE = Path(sysconfig.get_paths()["purelib"]) / "vllm" / "platforms" / "rocm.py"
@@ -108,24 +107,7 @@ def test_widened_gate_refuses_a_changed_source():
 @pytest.fixture
 def fresh_gate(monkeypatch):
     """A fake vllm.platforms.rocm (the real one cannot import on CPU) and a clean gate state."""
-    fake = types.ModuleType(patches.GATE_MODULE)
-    fake.__spec__ = types.SimpleNamespace(name=patches.GATE_MODULE)
-
-    @functools.cache
-    def use_rocm_custom_paged_attention(
-        qtype,
-        head_size,
-        block_size,
-        gqa_ratio,
-        max_seq_len,
-        sliding_window,
-        kv_cache_dtype,
-        alibi_slopes=None,
-        sinks=None,
-    ):
-        return gqa_ratio >= 3
-
-    fake.use_rocm_custom_paged_attention = use_rocm_custom_paged_attention
+    fake = kernel_standins.gate_module()
     monkeypatch.setitem(sys.modules, patches.GATE_MODULE, fake)
     saved = dict(vars(patches.GATE))
     patches._reset_for_tests()

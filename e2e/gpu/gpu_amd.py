@@ -22,14 +22,13 @@ Readings per GPU, and where they come from:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from e2e.gpu.stand_in import stand_in
 from e2e.safety.bounded_run import run_text
 
 SMI_MAX_BYTES = 1 << 20
@@ -49,16 +48,9 @@ READINGS = {
 def amdsmi_module() -> Any:
     """amdsmi, imported here only. The test seam, as gpu_probe.nvml_module's: E2E_FAKE_AMDSMI names a
     Python file that stands in for it (tests/support/fake_amdsmi.py)."""
-    fake = os.environ.get("E2E_FAKE_AMDSMI")
-    if fake:
-        if "e2e_fake_amdsmi" not in sys.modules:
-            spec = importlib.util.spec_from_file_location("e2e_fake_amdsmi", fake)
-            if spec is None or spec.loader is None:
-                raise RuntimeError(f"E2E_FAKE_AMDSMI={fake!r}: not a Python file")
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules["e2e_fake_amdsmi"] = mod
-        return sys.modules["e2e_fake_amdsmi"]
+    fake = stand_in("E2E_FAKE_AMDSMI", "e2e_fake_amdsmi")
+    if fake is not None:
+        return fake
     import amdsmi
 
     return amdsmi

@@ -17,10 +17,8 @@ traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +27,7 @@ from typing import Any, Protocol
 import psutil
 
 from e2e.gpu import gpu_amd
+from e2e.gpu.stand_in import stand_in
 from e2e.safety.bounded_run import run_text
 
 DEADLINE_S = 15.0  # one reading, or opening the backend (NVML answers in milliseconds)
@@ -66,16 +65,9 @@ def reason_names(mask: int | None) -> list[str]:
 def nvml_module() -> Any:
     """pynvml, imported here only. The one seam for tests: E2E_FAKE_NVML names a Python file that
     stands in for it (tests/support/fake_nvml.py: no GPU fault can be produced on a CPU machine)."""
-    fake = os.environ.get("E2E_FAKE_NVML")
-    if fake:
-        if "e2e_fake_nvml" not in sys.modules:
-            spec = importlib.util.spec_from_file_location("e2e_fake_nvml", fake)
-            if spec is None or spec.loader is None:
-                raise RuntimeError(f"E2E_FAKE_NVML={fake!r}: not a Python file")
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules["e2e_fake_nvml"] = mod
-        return sys.modules["e2e_fake_nvml"]
+    fake = stand_in("E2E_FAKE_NVML", "e2e_fake_nvml")
+    if fake is not None:
+        return fake
     import pynvml
 
     return pynvml
