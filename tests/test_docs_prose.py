@@ -1,0 +1,161 @@
+"""The docs read answer-first: no paragraph or list item of the site (every page in mkdocs.yml's nav
+and under docs/) or the README runs over 250 words, code blocks and tables aside, and every page
+opens, under its title, with a short summary of what it answers before the details."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.support import ROOT
+from tests.test_docs_site import code_lines
+
+MAX_WORDS = 250  # about a screen at 1280 px: a longer block is a wall a reader skips
+OPENING_WORDS = 120  # the summary under a page's title: 2-4 lines of prose, the answer first
+ITEM = re.compile(r"^ *([-*+]|\d+\.) +")
+COMMENT = re.compile(r"<!--.*?-->", re.S)  # figure markers: their text counts, the tags do not
+WORD = re.compile(r"\w")
+
+# Over-long paragraphs of pages this helper's task does not own (docs/statistics/ is the batchc
+# helper's, docs/reference/cli.md the cli helper's): (page, the block's first words). The lead empties
+# this list once those pages are split; an entry that no longer matches a long block fails the test.
+ALLOWED_LONG: list[tuple[str, str]] = [
+    ("docs/statistics/between-arms.md", "- **One model over every server and depth**"),
+    ("docs/statistics/adaptive.md", "*Applied: the weight of the proportional excess.* The"),
+    ("docs/statistics/adaptive.md", "- **Adaptive replication** (`--target-ci PCT`, `run.target_ci_pct`), two stages"),
+    ("docs/statistics/conformance.md", "Simulated request rows with known truth go through"),
+    ("docs/reference/cli.md", "A run: 0 done (and gsm8k passed, when"),
+]
+# Pages whose opening is not this task's to rewrite, on the same terms.
+ALLOWED_OPENING: list[str] = [
+    "docs/statistics/conformance.md",
+    "docs/statistics/validation.md",
+    "docs/statistics/hbm-floor.md",
+]
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # 1-based, where the block starts
+    kind: str  # "para", "item", "heading", "admonition"
+    text: str
+
+    @property
+    def words(self) -> int:
+        return sum(1 for w in COMMENT.sub(" ", self.text).split() if WORD.search(w))
+
+    def head(self, n: int = 8) -> str:
+        return " ".join(COMMENT.sub(" ", self.text).split()[:n])
+
+
+def blocks(page: str, text: str) -> list[Block]:
+    """The prose blocks of a Markdown page: paragraphs, list items (each item up to the next item or
+    blank line; a continuation paragraph is its own block), headings and admonition titles. Code
+    blocks (fenced or indented) and table rows are left out and end the block they interrupt."""
+    code = {n for n, _ in code_lines(text)}
+    fences = set()
+    in_fence = None
+    for n, line in enumerate(text.split("\n"), 1):  # the fence lines themselves
+        m = re.match(r"^ *(```|~~~)", line)
+        if m and (in_fence is None or m[1] == in_fence):
+            fences.add(n)
+            in_fence = None if in_fence else m[1]
+    out: list[Block] = []
+    cur: list[str] = []
+    start, kind = 0, "para"
+
+    def flush() -> None:
+        nonlocal cur
+        if cur:
+            out.append(Block(page, start, kind, "\n".join(cur)))
+        cur = []
+
+    for n, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if n in code or n in fences or not stripped or stripped.startswith("|"):
+            flush()
+            continue
+        if stripped.startswith("#") or stripped.startswith("!!!") or ITEM.match(line):
+            flush()
+            start = n
+            kind = "heading" if stripped.startswith("#") else "admonition" if stripped.startswith("!!!") else "item"
+            cur = [line]
+            if kind == "heading":
+                flush()
+            continue
+        if not cur:
+            start, kind = n, "para"
+        cur.append(line)
+    flush()
+    return out
+
+
+def nav_pages() -> list[str]:
+    """Every page of the site: the nav's and any other Markdown page under docs/."""
+    def walk(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node] if node.endswith(".md") else []
+        if isinstance(node, dict):
+            return [p for v in node.values() for p in walk(v)]
+        if isinstance(node, list):
+            return [p for v in node for p in walk(v)]
+        return []
+
+    cfg = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    docs = ROOT / cfg.get("docs_dir", "docs")
+    pages = dict.fromkeys(walk(cfg["nav"]))
+    pages.update(dict.fromkeys(p.relative_to(docs).as_posix() for p in sorted(docs.rglob("*.md"))))
+    return [f"docs/{p}" for p in pages]
+
+
+def all_blocks() -> list[Block]:
+    return [b for page in ["README.md", *nav_pages()] for b in blocks(page, (ROOT / page).read_text())]
+
+
+def test_blocks_split_items_and_leave_out_code_and_tables():
+    text = (
+        "# Title\n\nOne two three.\nfour five\n\n    code words here\n\n- item one\n  goes on\n- item two\n\n"
+        "| a | b |\n|---|---|\n\n```\nfenced words\n```\nafter <!-- fig:x -->1.5<!-- /fig --> ms\n"
+    )
+    got = [(b.line, b.kind, b.words) for b in blocks("p.md", text)]
+    assert got == [(1, "heading", 1), (3, "para", 5), (8, "item", 4), (10, "item", 2), (18, "para", 3)]
+
+
+def test_a_long_block_is_caught():
+    long = "word " * (MAX_WORDS + 1)
+    (b,) = [b for b in blocks("p.md", f"# T\n\n- {long}\n\n```\n{long}\n```\n") if b.words > MAX_WORDS]
+    assert (b.kind, b.line) == ("item", 3)
+
+
+def test_no_paragraph_or_list_item_runs_over_250_words():
+    long = {(b.page, b.head()): b for b in all_blocks() if b.words > MAX_WORDS}
+    allowed = set(ALLOWED_LONG)
+    over = [f"{b.page}:{b.line}: {b.kind} of {b.words} words ({b.head()} ...)" for k, b in long.items() if k not in allowed]
+    stale = [f"{p}: {h!r} is no longer over {MAX_WORDS} words" for p, h in allowed - set(long)]
+    assert over == [] and stale == []
+
+
+def opening(page: str, text: str) -> Block | None:
+    """The first prose block under the page's title (None when a heading, code or table comes first)."""
+    bs = blocks(page, text)
+    if not bs or bs[0].kind != "heading":
+        return None
+    first = bs[1] if len(bs) > 1 else None
+    return first if first is not None and first.kind in ("para", "admonition") else None
+
+
+def test_every_page_opens_with_a_short_summary():
+    bad = []
+    for page in ["README.md", *nav_pages()]:
+        if page in ALLOWED_OPENING:
+            continue
+        b = opening(page, (ROOT / page).read_text())
+        if b is None:
+            bad.append(f"{page}: no paragraph under the title")
+        elif b.words > OPENING_WORDS:
+            bad.append(f"{page}:{b.line}: opens with {b.words} words ({b.head()} ...)")
+    assert bad == []
