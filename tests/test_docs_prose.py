@@ -4,7 +4,9 @@ opens, under its title, with a short summary of what it answers before the detai
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +161,35 @@ def test_every_page_opens_with_a_short_summary():
         elif b.words > OPENING_WORDS:
             bad.append(f"{page}:{b.line}: opens with {b.words} words ({b.head()} ...)")
     assert bad == []
+
+
+# -- the committed figures, shown where their numbers are discussed -----------------------------------
+def _hook():
+    spec = importlib.util.spec_from_file_location("figures_hook", ROOT / "docs" / "figures_hook.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_figure_a_page_embeds_is_a_committed_png():
+    hook = _hook()
+    links = {
+        (page, link): target
+        for page in ["README.md", *nav_pages()]
+        for link, target in hook.figure_links(ROOT / page, (ROOT / page).read_text()).items()
+    }
+    missing = [f"{page}: {link}" for (page, link), target in links.items() if not target.is_file()]
+    assert missing == []
+    shown = {t.relative_to(ROOT / "results").parts[0] for (page, _), t in links.items() if page.startswith("docs/")}
+    # the pages that discuss the load, precision and release runs show their figures
+    assert {"h200-load-grid", "h200-precision-tp1", "h200-reference-tp1", "history-h200-releases"} <= shown
+
+
+def test_the_hook_rewrites_a_results_link_to_the_sites_copy():
+    hook = _hook()
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="concepts/load.md"))
+    config = {"docs_dir": str(ROOT / "docs")}
+    md = "![grid](../../results/h200-load-grid/ratio_vs_depth.png) and ![x](other.png)"
+    out = hook.on_page_markdown(md, page, config, None)
+    assert out == "![grid](../figures/h200-load-grid/ratio_vs_depth.png) and ![x](other.png)"
