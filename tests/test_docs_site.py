@@ -137,6 +137,9 @@ def test_the_built_site_opens_from_the_file_system_with_search(tmp_path):
     index = (site / "search" / "search_index.js").read_text()
     assert index.startswith("var __index = {") and "stall check" in index
     assert 'src="../js/iframe-worker-shim.js"' in (site / "concepts" / "load.html").read_text()
+    # the committed figures a page links under results/ are copied in by docs/figures_hook.py
+    assert 'src="../figures/h200-load-grid/ratio_vs_depth.png"' in (site / "concepts" / "load.html").read_text()
+    assert (site / "figures" / "h200-load-grid" / "ratio_vs_depth.png").is_file()
 
 
 def test_the_quickstarts_console_capture_is_what_report_prints(tmp_path):
