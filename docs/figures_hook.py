@@ -24,13 +24,37 @@ SITE_DIR = "figures"  # where the figures land in the site
 LINK = re.compile(r"(!\[[^\]]*\]\()([^)\s]+\.png)(\))")
 
 
+FENCE = re.compile(r"^ *(```|~~~)")
+
+
+def prose_lines(text: str) -> list[tuple[bool, str]]:
+    """(is prose, line) for each line: a fenced block, or a block indented 4 spaces after a blank line,
+    is code, where a link is an example and stays as written."""
+    out, fence, prev_blank, in_code = [], None, True, False
+    for line in text.split("\n"):
+        m = FENCE.match(line)
+        if fence or m:
+            if m and (fence is None or m[1] == fence):
+                fence = None if fence else m[1]
+            out.append((False, line))
+            continue
+        blank = not line.strip()
+        indented = len(line) - len(line.lstrip(" ")) >= 4
+        in_code = not blank and indented and (prev_blank or in_code)
+        out.append((not in_code, line))
+        prev_blank = blank
+    return out
+
+
 def figure_links(page_src: Path, text: str) -> dict[str, Path]:
-    """{link as written: the results/ file it names} for each PNG link of a page that leads under results/."""
+    """{link as written: the results/ file it names} for each PNG link of a page's prose that leads under
+    results/."""
     out = {}
-    for m in LINK.finditer(text):
-        target = (page_src.parent / m[2]).resolve()
-        if target.is_relative_to(RESULTS):
-            out[m[2]] = target
+    for prose, line in prose_lines(text):
+        for m in LINK.finditer(line) if prose else ():
+            target = (page_src.parent / m[2]).resolve()
+            if target.is_relative_to(RESULTS):
+                out[m[2]] = target
     return out
 
 
@@ -63,4 +87,4 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         rel = os.path.relpath(_site_uri(links[m[2]]), os.path.dirname(page.file.src_uri) or ".")
         return f"{m[1]}{Path(rel).as_posix()}{m[3]}"
 
-    return LINK.sub(swap, markdown)
+    return "\n".join(LINK.sub(swap, line) if prose else line for prose, line in prose_lines(markdown))

@@ -190,6 +190,9 @@ def test_the_hook_rewrites_a_results_link_to_the_sites_copy():
     hook = _hook()
     page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="concepts/load.md"))
     config = {"docs_dir": str(ROOT / "docs")}
-    md = "![grid](../../results/h200-load-grid/ratio_vs_depth.png) and ![x](other.png)"
+    grid = "![grid](../../results/h200-load-grid/ratio_vs_depth.png)"
+    md = f"{grid} and ![x](other.png)\n\n    {grid}\n\n```\n{grid}\n```\n  - item\n\n  {grid}"
     out = hook.on_page_markdown(md, page, config, None)
-    assert out == "![grid](../figures/h200-load-grid/ratio_vs_depth.png) and ![x](other.png)"
+    site = "![grid](../figures/h200-load-grid/ratio_vs_depth.png)"
+    # an example in a code block stays as written; a list item's figure is rewritten
+    assert out == f"{site} and ![x](other.png)\n\n    {grid}\n\n```\n{grid}\n```\n  - item\n\n  {site}"
