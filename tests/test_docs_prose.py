@@ -8,7 +8,6 @@ import importlib.util
 import re
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
@@ -98,6 +97,7 @@ def blocks(page: str, text: str) -> list[Block]:
 
 def nav_pages() -> list[str]:
     """Every page of the site: the nav's and any other Markdown page under docs/."""
+
     def walk(node: object) -> list[str]:
         if isinstance(node, str):
             return [node] if node.endswith(".md") else []
@@ -136,7 +136,9 @@ def test_a_long_block_is_caught():
 def test_no_paragraph_or_list_item_runs_over_250_words():
     long = {(b.page, b.head()): b for b in all_blocks() if b.words > MAX_WORDS}
     allowed = set(ALLOWED_LONG)
-    over = [f"{b.page}:{b.line}: {b.kind} of {b.words} words ({b.head()} ...)" for k, b in long.items() if k not in allowed]
+    over = [
+        f"{b.page}:{b.line}: {b.kind} of {b.words} words ({b.head()} ...)" for k, b in long.items() if k not in allowed
+    ]
     stale = [f"{p}: {h!r} is no longer over {MAX_WORDS} words" for p, h in allowed - set(long)]
     assert over == [] and stale == []
 
