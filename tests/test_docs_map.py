@@ -71,7 +71,7 @@ def _gone(text: str) -> list[str]:
     ]
     paths = [
         p
-        for p in re.findall(r"`((?:e2e|kernels_check|tests|scripts|configs|docs)/[\w./-]+)`", text)
+        for p in re.findall(r"`((?:e2e|kernels_check|tests|scripts|maintainers|configs|docs)/[\w./-]+)`", text)
         if "*" not in p and "<" not in p and not (ROOT / p).exists()
     ]
     return modules + paths

@@ -1,6 +1,6 @@
 """CPU tests of kernels_check: reference, paging, scoring, fault bookkeeping, report, CLI errors.
 
-The GPU part (vLLM's dispatch, FA3, timing) runs in scripts/gpu/kernels_full.sh; the whole run with
+The GPU part (vLLM's dispatch, FA3, timing) runs on a GPU (`run_e2e.py kernels`); the whole run with
 stand-in kernels is tests/test_kernels_check_run.py. Here a small cache reader written in torch
 (tests/support/kernel_standins.read_rocm) stands in for a kernel where a test needs a kernel's output:
 it reads through vLLM's ROCm cache layout tile by tile, once with the K/V load mask (as vLLM 0.26.0's

@@ -51,7 +51,7 @@ from e2e.rundir.store import voided
 from e2e.safety.safe_io import open_append, write_atomic
 from e2e.serve.server import ServerGone
 
-# The "x as x" imports are re-exports: the runner, scripts/gpu/nvml_check.py and the tests read them here.
+# The "x as x" imports are re-exports: the runner, the tests and the GPU machines' NVML check script read them here.
 
 POLICIES = ("retry", "warn", "fail")
 PRESTART_WAIT_S = 120.0  # retry: how long a GPU held before a start may take to clear

@@ -1,7 +1,7 @@
 """Issue 23 on a real GPU, without vLLM: do e2e/gpu/gpu_state.py's readings and its exclusivity policy see
 what they claim on this machine's NVML? (The tests script a fake NVML; this asks the real one.)
 
-    python3 scripts/gpu/nvml_check.py OUT_DIR [SECONDS]
+    python3 maintainers/gpu/nvml_check.py OUT_DIR [SECONDS]
 
 A stand-in "server" (a torch process in its own session, like the harness's servers, copying 2 GiB
 buffers back to back) is started and watched through gpu_state.ServerWatch exactly as the runner

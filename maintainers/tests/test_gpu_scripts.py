@@ -1,4 +1,4 @@
-"""scripts/gpu/reference_tp1.sh refuses a run folder that git tracks files under: each device call
+"""maintainers/gpu/reference_tp1.sh refuses a run folder that git tracks files under: each device call
 copies the working tree again and deletes there the tracked paths missing here, so on 2026-12-03 a
 run started in results/h200-vllm023-tp1 (the partial renamed away in this checkout, still tracked in
 the one the session began with) lost its manifest, plan and rows to the next poll. No GPU needed:
@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -19,8 +19,8 @@ def _git(repo: Path, *args: str) -> None:
 
 def _checkout(tmp_path: Path) -> Path:
     repo = tmp_path / "checkout"
-    (repo / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / "gpu" / "reference_tp1.sh", repo / "scripts" / "gpu")
+    (repo / "maintainers" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "maintainers" / "gpu" / "reference_tp1.sh", repo / "maintainers" / "gpu")
     (repo / "results" / "r").mkdir(parents=True)
     (repo / "results" / "r" / "manifest.json").write_text("{}\n")
     _git(repo, "init", "-q")
@@ -34,7 +34,7 @@ def _checkout(tmp_path: Path) -> Path:
 def _stage(repo: Path, n: int, **env: str) -> subprocess.CompletedProcess:
     base = {"PATH": "/usr/bin:/bin", "CONFIG": "configs/r.toml", "BUNDLE": ".b", "LAST": "1", "OUT": ""}
     return subprocess.run(
-        ["bash", "scripts/gpu/reference_tp1.sh", "stage", str(n)],
+        ["bash", "maintainers/gpu/reference_tp1.sh", "stage", str(n)],
         cwd=repo,
         env={**base, **env},
         capture_output=True,

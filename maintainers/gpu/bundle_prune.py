@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slim a `pip --target` site for the GPU machine and write its content manifest.
 
-    python3 scripts/gpu/bundle_prune.py SITE PATTERNS-FILE MANIFEST
+    python3 maintainers/gpu/bundle_prune.py SITE PATTERNS-FILE MANIFEST
 
 Removes the files matching PATTERNS-FILE (fnmatch patterns relative to SITE, `#` comments; each must
 match at least one file, so a release that moved one is noticed, unless marked `?`) and drops them from the RECORD of

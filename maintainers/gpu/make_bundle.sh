@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Build the offline vLLM bundle for the GPU machine (torch 2.11.0+cu130, Python 3.12, no index) from
 # PyPI, the way ../shared/device/ (vLLM 0.26.0) was made (../shared/notes/gpu-machine.md):
-#   bash scripts/gpu/make_bundle.sh VERSION OUTDIR        e.g.  0.23.0 .bundles/vllm-0.23.0
-# 1. pip downloads exactly the wheels of scripts/gpu/bundle/vllm-VERSION.lock (--require-hashes:
+#   bash maintainers/gpu/make_bundle.sh VERSION OUTDIR        e.g.  0.23.0 .bundles/vllm-0.23.0
+# 1. pip downloads exactly the wheels of maintainers/gpu/bundle/vllm-VERSION.lock (--require-hashes:
 #    PyPI's sha256 of each; bundle_lock.py writes the lock);
 # 2. installs them with `pip --target` (no deps, no bytecode) into a site folder;
 # 3. prunes it (bundle/prune.txt: FA2, the Rust frontend, other Pythons' builds; RECORD edited);
 # 4. packs it (tar sorted, fixed mtimes and owners; xz -9) and splits it into parts of PART_MIB
 #    (34 MiB: one part plus a checkout fits one 64 MiB device call);
 # 5. writes OUTDIR/p0..pN, each with its part, gpu-install.sh and gpu-env.sh, and OUTDIR/SHA256SUMS,
-#    and compares them with this version's entry in scripts/gpu/bundles.sha256 (RECORD=1 writes it).
+#    and compares them with this version's entry in maintainers/gpu/bundles.sha256 (RECORD=1 writes it).
 # Wheels and the site stay in OUTDIR.build (a rerun reuses the wheels; delete it to free the disk). Then
-# check the site's serve-time imports: python3 scripts/gpu/bundle_check.py OUTDIR.build/site [--against S]
+# check the site's serve-time imports: python3 maintainers/gpu/bundle_check.py OUTDIR.build/site [--against S]
 # Carry each OUTDIR/pN (34 MiB) in its own device call; on the machine: bash pN/gpu-install.sh DIR.
 set -euo pipefail
 VER=${1:?usage: make_bundle.sh VERSION OUTDIR}
@@ -79,7 +79,7 @@ du -b "$OUT"/p*/"$NAME".part* | awk '{printf "%s %.1f MiB\n", $2, $1 / 1048576}'
 
 # The committed record: the lines of this version between its header and the next.
 REC=$HERE/bundles.sha256
-entry() { echo "## vllm $VER (scripts/gpu/make_bundle.sh $VER; lock $(sha256sum "$LOCK" | cut -c1-16))"; cat "$OUT/SHA256SUMS"; }
+entry() { echo "## vllm $VER (maintainers/gpu/make_bundle.sh $VER; lock $(sha256sum "$LOCK" | cut -c1-16))"; cat "$OUT/SHA256SUMS"; }
 committed=$( [ -f "$REC" ] && awk -v h="## vllm $VER " 'index($0, h) == 1 {on = 1; print; next} /^## / {on = 0} on' "$REC" || true)
 if [ "${RECORD:-0}" = 1 ]; then
   others=$( [ -f "$REC" ] && awk -v h="## vllm $VER " 'index($0, h) == 1 {on = 1; next} /^## / {on = 0} !on' "$REC" || true)

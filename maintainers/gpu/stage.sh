@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, once per carried folder .gpu/cN (N = 0..3), in quick succession:
-#   bash scripts/gpu/stage.sh N
+#   bash maintainers/gpu/stage.sh N
 # Each folder holds one part of the vLLM 0.26.0 bundle (../shared/device/pN) and one piece of the
 # SmolLM2 GGUF (98 MB: too big for one 64 MiB transfer); .gpu/c3 also holds gsm8k's test.jsonl.
 # After the last part: vLLM installed, the project installed (entry points for the plugin), and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 23, item 6, on one H200: contaminate a cell mid-measurement, on purpose, to see the harness
 # notice. Beside a run started by reference_tp1.sh (stage 3 starts it detached), in the next call:
-#   setsid nohup bash scripts/gpu/neighbour.sh results/h200-reference-tp1 p1-d8192-stock 60 \
+#   setsid nohup bash maintainers/gpu/neighbour.sh results/h200-reference-tp1 p1-d8192-stock 60 \
 #     > /tmp/neighbour.log 2>&1 < /dev/null &
 # (reference_tp1.sh's poll brings /tmp/neighbour.log back with the run.) It waits until the cell has a
 # timed request row in the run's requests.jsonl (it is measuring), then runs a bandwidth-heavy torch

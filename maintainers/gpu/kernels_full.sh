@@ -2,8 +2,8 @@
 # kernels_check on one GPU with vLLM 0.26.0 (H200): routing probes, the timed sweep (5 shapes x 6
 # contexts, bf16), the fault sweep (bf16+fp16, 4096/4090) and the summary table, printed last.
 # Run from the project checkout:
-#   bash scripts/gpu/kernels_full.sh --quick      # a few cells first (~1 min incl. vLLM import + JIT)
-#   bash scripts/gpu/kernels_full.sh              # the full sweep (budget: 3-4 min)
+#   bash maintainers/gpu/kernels_full.sh --quick      # a few cells first (~1 min incl. vLLM import + JIT)
+#   bash maintainers/gpu/kernels_full.sh              # the full sweep (budget: 3-4 min)
 # Extra arguments go to `python3 -m kernels_check` (e.g. --run-id h200-full, --dtypes bf16,fp16).
 # GPU_ENV=<path to gpu-env.sh> if vLLM is not importable yet; else the usual places are tried.
 set -uo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Pin the wheels of an offline vLLM bundle for the GPU machine: scripts/gpu/bundle/vllm-VERSION.lock.
+"""Pin the wheels of an offline vLLM bundle for the GPU machine: maintainers/gpu/bundle/vllm-VERSION.lock.
 
-    python3 scripts/gpu/bundle_lock.py 0.23.0 [--work DIR] [--uv PATH]
+    python3 maintainers/gpu/bundle_lock.py 0.23.0 [--work DIR] [--uv PATH]
 
 1. uv resolves vllm==VERSION for CPython 3.12 on x86-64 manylinux_2_31 (wheels only), the machine's known versions
    forced (bundle/machine.txt, `--override`) and the groups in bundle/drop.txt removed (an override
@@ -181,8 +181,8 @@ def main() -> None:
     out = DATA / f"vllm-{a.version}.lock"
     head = [
         f"# vLLM {a.version} and the {len(lines) - 1} packages it needs that the GPU machine lacks, for",
-        f"# CPython {PY} on x86-64 ({UV_PLATFORM}): scripts/gpu/bundle_lock.py {a.version} wrote this",
-        "# (each hash checked against PyPI's index); scripts/gpu/make_bundle.sh installs exactly these.",
+        f"# CPython {PY} on x86-64 ({UV_PLATFORM}): maintainers/gpu/bundle_lock.py {a.version} wrote this",
+        "# (each hash checked against PyPI's index); maintainers/gpu/make_bundle.sh installs exactly these.",
     ]
     out.write_text("\n".join(head + lines) + "\n")
     print(f"{out}: {len(lines)} wheels")

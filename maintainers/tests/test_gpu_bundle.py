@@ -3,7 +3,7 @@ of a --target site, the lock's filter, and the committed lock against the machin
 
 bundle_check.py's import walk runs on tiny packages written under tmp_path.
 The install script runs for real (bash, sha256sum, python3's tarfile) on a small bundle laid out the
-way scripts/gpu/make_bundle.sh lays one out, with its site and stage folders under tmp_path.
+way maintainers/gpu/make_bundle.sh lays one out, with its site and stage folders under tmp_path.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-GPU = ROOT / "scripts" / "gpu"
+GPU = Path(__file__).resolve().parents[1] / "gpu"  # maintainers/gpu
 sys.path.insert(0, str(GPU))
 import bundle_check  # noqa: E402  (a script folder, not a package)
 import bundle_lock  # noqa: E402
@@ -166,6 +165,38 @@ def test_prune_refuses_a_pattern_that_matches_nothing(tmp_path):
     with pytest.raises(SystemExit, match=r"pattern 'vllm/moved\.so' matches nothing"):
         bundle_prune.prune(site, ["vllm/moved.so"])
     assert (site / "vllm/vllm-rs").exists()  # nothing removed before the refusal
+
+
+def test_prune_runs_as_a_script_with_the_locks_data_file_reader(tmp_path):
+    """make_bundle.sh runs `python3 $HERE/bundle_prune.py` from the checkout root: it finds bundle_lock
+    beside it (imported, not copied), wherever the folder stands."""
+    assert bundle_prune.names is bundle_lock.names
+    site = _site(tmp_path)
+    (tmp_path / "prune.txt").write_text("# a comment\nvllm/vllm-rs\n?absent/*\n")
+    r = subprocess.run(
+        [sys.executable, str(GPU / "bundle_prune.py"), str(site), str(tmp_path / "prune.txt"), str(tmp_path / "m")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert not (site / "vllm/vllm-rs").exists() and "pruned 1 files" in r.stdout
+    assert "vllm/vllm-rs" not in (tmp_path / "m").read_text()
+
+
+def test_the_committed_bundle_record_names_its_script_and_lock_as_make_bundle_writes_them():
+    """make_bundle.sh reports 'same bytes' only when its header line equals the committed one: the
+    script's path and the first 16 hex digits of the lock's sha256 (the lock stays byte for byte)."""
+    script = (GPU / "make_bundle.sh").read_text()
+    rel = GPU.relative_to(GPU.parents[1]).as_posix() + "/make_bundle.sh"
+    assert f'echo "## vllm $VER ({rel} $VER; lock $(sha256sum "$LOCK" | cut -c1-16))"' in script
+    heads = re.findall(r"^## vllm (\S+) \((\S+) \1; lock ([0-9a-f]{16})\)$", (GPU / "bundles.sha256").read_text(), re.M)
+    assert heads, "bundles.sha256 has no '## vllm VERSION (...)' header"
+    for version, path, lock16 in heads:
+        assert path == rel
+        lock = GPU / "bundle" / f"vllm-{version}.lock"
+        assert hashlib.sha256(lock.read_bytes()).hexdigest()[:16] == lock16, lock.name
 
 
 def test_the_lock_keeps_what_vllm_needs_through_packages_the_machine_lacks(monkeypatch, tmp_path):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gsm8k sign-off on the H200 (vLLM 0.26.0 + lm-eval 0.4.13 from the bundle), through the harness only.
 #
-#   bash scripts/gpu/gsm8k_full.sh            (from the checkout root, after gpu-install.sh)
+#   bash maintainers/gpu/gsm8k_full.sh            (from the checkout root, after gpu-install.sh)
 #
 # SmolLM2-135M-Instruct over all 1319 questions (gsm8k chain-of-thought, 8 exemplars), three fresh
 # servers one after another: arm `fa` (FLASH_ATTN), arm `triton` (TRITON_ATTN), and `fa` again (the

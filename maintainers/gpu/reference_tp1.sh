@@ -5,13 +5,13 @@
 #   cp -r assets/tokenizers .gpu/c3/     # `assets gemma3-270m` + `twin --pack-tokenizer` (3.5 MB)
 #   echo /.gpu/ >> .git/info/exclude
 # Then, on the GPU machine, in quick succession (the machine stays warm 30 s between calls):
-#   bash scripts/gpu/reference_tp1.sh stage 0 ... stage 3   (carry .gpu/cN; stage 3 also installs the
+#   bash maintainers/gpu/reference_tp1.sh stage 0 ... stage 3   (carry .gpu/cN; stage 3 also installs the
 #                                                            project, builds the twin and starts the run)
-#   bash scripts/gpu/reference_tp1.sh poll 540               (repeat: waits, then returns what exists)
+#   bash maintainers/gpu/reference_tp1.sh poll 540               (repeat: waits, then returns what exists)
 # A machine that went back mid-run: carry the run folder as last polled (results/<name>, unpacked from
 # run.tgz) with .gpu/c3 (the last part) after stage 0..2 on a fresh machine, and `resume` instead of stage 3: the same
 # install and twin, then `run_e2e.py --resume` (the cells already measured stay; the rest run).
-# Another vLLM bundle (scripts/gpu/make_bundle.sh, e.g. 0.23.0 in five parts): BUNDLE=.gpu23 LAST=4
+# Another vLLM bundle (maintainers/gpu/make_bundle.sh, e.g. 0.23.0 in five parts): BUNDLE=.gpu23 LAST=4
 # (copy .bundles/vllm-0.23.0/pN into .gpu23/cN and the tokenizers into .gpu23/c4), stage 0..4. Each
 # bundle installs into its own site, so two releases can be staged on one machine and run in turn.
 # RUN_ID=other runs the config into results/other. Use it when git tracks files under results/<name>
@@ -36,7 +36,7 @@ pack() {
   cp /tmp/run.log "$OUT/run.log" 2>/dev/null
   cp /tmp/kernels.log "$OUT/kernels.log" 2>/dev/null && tar czf "$OUT/kernels.tgz" results/kernels 2>/dev/null
   cp /tmp/twin.log "$OUT/twin.log" 2>/dev/null
-  cp /tmp/neighbour.log "$OUT/neighbour.log" 2>/dev/null  # scripts/gpu/neighbour.sh, when one ran
+  cp /tmp/neighbour.log "$OUT/neighbour.log" 2>/dev/null  # maintainers/gpu/neighbour.sh, when one ran
   # Where each start's caches went (torch.compile, inductor, Triton), without the caches themselves:
   # a warm start that compiles Triton kernels again shows here as a second Triton folder.
   { du -sh "$RUN"/vllm-cache/*/torch_compile_cache/*/* "$RUN"/vllm-cache/*/torch_compile_cache/torch_aot_compile/*/* \
@@ -68,21 +68,21 @@ case "${1:?usage: reference_tp1.sh stage N | resume | neighbour CELL SECONDS | p
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
     T0=$(date +%s)
-    GPU_ENV="$ENV_FILE" TOKENIZER_FROM="$B/c$LAST/tokenizers/gemma3" bash scripts/gpu/build_twin.sh > /tmp/twin.log 2>&1
+    GPU_ENV="$ENV_FILE" TOKENIZER_FROM="$B/c$LAST/tokenizers/gemma3" bash maintainers/gpu/build_twin.sh > /tmp/twin.log 2>&1
     echo "twin: exit $? in $(( $(date +%s) - T0 )) s"; tail -4 /tmp/twin.log
     if [ "$1" = resume ]; then
       setsid nohup python3 run_e2e.py --resume "$RUN" --no-progress > /tmp/run.log 2>&1 < /dev/null &
     else
       # KERNELS="--quick --run-id NAME": the kernel check first (results/kernels/NAME), then the run,
       # one detached chain, so both fit in one lease and neither shares the GPU with the other
-      setsid nohup bash -c '[ -z "$1" ] || bash scripts/gpu/kernels_full.sh $1 > /tmp/kernels.log 2>&1
+      setsid nohup bash -c '[ -z "$1" ] || bash maintainers/gpu/kernels_full.sh $1 > /tmp/kernels.log 2>&1
         exec python3 run_e2e.py --config "$2" --run-id "$3" --no-progress' _ "${KERNELS:-}" "$CONFIG" "$(basename $RUN)" \
         > /tmp/run.log 2>&1 < /dev/null &
     fi
     sleep 20; tail -5 /tmp/run.log ;;
   neighbour)
-    # scripts/gpu/neighbour.sh beside the running run, detached: it waits for CELL to be measuring.
-    setsid nohup bash scripts/gpu/neighbour.sh "$RUN" "${2:?cell id}" "${3:-60}" > /tmp/neighbour.log 2>&1 < /dev/null &
+    # maintainers/gpu/neighbour.sh beside the running run, detached: it waits for CELL to be measuring.
+    setsid nohup bash maintainers/gpu/neighbour.sh "$RUN" "${2:?cell id}" "${3:-60}" > /tmp/neighbour.log 2>&1 < /dev/null &
     sleep 2; cat /tmp/neighbour.log ;;
   poll)
     LIMIT=${2:-540}; T0=$(date +%s); PACKED=0

@@ -2,8 +2,8 @@
 # Build the random-weight shape twin of gemma-3-27b-it-w4a16 on the GPU machine, into /tmp (never
 # into the checkout, which travels back), timed, with its sizes printed.
 #
-#   bash scripts/gpu/build_twin.sh                 text stack (Gemma3ForCausalLM), what the h200 configs serve
-#   MULTIMODAL=1 bash scripts/gpu/build_twin.sh    the Gemma3ForConditionalGeneration wrapper (+ vision tower)
+#   bash maintainers/gpu/build_twin.sh                 text stack (Gemma3ForCausalLM), what the h200 configs serve
+#   MULTIMODAL=1 bash maintainers/gpu/build_twin.sh    the Gemma3ForConditionalGeneration wrapper (+ vision tower)
 #
 # 16.0 GB (text) / 16.9 GB (multimodal) in four ~4.5 GB safetensors shards, written one thread per shard;
 # about a minute on the H200 host (disk-bound; no GPU used: numpy's PCG64 makes the bytes identical on

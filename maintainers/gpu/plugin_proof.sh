@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Routing records from every vLLM process on the H200 (vLLM 0.26.0), through the harness only.
 #
-#   bash scripts/gpu/plugin_proof.sh            (from the checkout root, after gpu-install.sh)
+#   bash maintainers/gpu/plugin_proof.sh            (from the checkout root, after gpu-install.sh)
 #
 # Four server starts (about 2 min each), one depth, per-arm-pass servers, PIECEWISE graphs so the
 # attention runs eagerly on every step and the counts are per step:

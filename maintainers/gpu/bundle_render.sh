@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fill a bundle script template (scripts/gpu/bundle/*.in) with one bundle's facts, from the environment:
+# Fill a bundle script template (maintainers/gpu/bundle/*.in) with one bundle's facts, from the environment:
 #   VER NPARTS NAME WHOLE PART_SUMS (sha256 of each part, space-separated)  bundle_render.sh TEMPLATE
 set -euo pipefail
 : "${VER:?}" "${NPARTS:?}" "${NAME:?}" "${WHOLE:?}" "${PART_SUMS:?}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check, without a GPU, that a GPU bundle's site has what `vllm serve` of a dense model imports.
 
-    python3 scripts/gpu/bundle_check.py SITE [--against OTHER-SITE]
+    python3 maintainers/gpu/bundle_check.py SITE [--against OTHER-SITE]
 
 Walks, through the source of the packages in WALKED, the module-level imports (not those under `if
 TYPE_CHECKING`) from the modules a serving process loads (ROOTS: the CLI, the API server, the engine
