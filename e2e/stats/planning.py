@@ -112,7 +112,7 @@ class Components:
         q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
         nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
         tau2 = d["sd_cell_excess"] ** 2
-        if (d.get("cell_excess") or {}).get("model") not in (ex.PROPORTIONAL, ex.PER_POINT):
+        if (d.get("cell_excess") or {}).get("model") not in (ex.PROPORTIONAL, ex.PER_POINT, ex.BATCH):
             return cls(
                 d["sd_server"] ** 2, tau2, q, nu, source, None
             )  # one excess: groups carry no excess of their own

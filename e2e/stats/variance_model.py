@@ -48,7 +48,7 @@ from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
-PROPORTIONAL, PER_POINT = ex.PROPORTIONAL, ex.PER_POINT  # the excess models a report names
+PROPORTIONAL, PER_POINT, BATCH = ex.PROPORTIONAL, ex.PER_POINT, ex.BATCH  # the excess models a report names
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Design:
     extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
     weights: dict[Point, float] | None = None  # the excess's weight per point (ex.PROPORTIONAL); None: 1 (ex.ONE)
     per_point: bool = False  # an excess variance of its own at every point (ex.PER_POINT)
+    own: tuple[tuple[Point, ...], ...] = ()  # else blocks of points with an excess each (ex.BATCH), the rest's shared
 
     def __post_init__(self) -> None:
         self.groups = sorted({(c.arm, c.point) for c in self.cells}, key=lambda g: (g[1], g[0]))
@@ -111,12 +112,12 @@ class Design:
         )
         self.excess = ex.PER_POINT if self.per_point else ex.ONE if self.weights is None else ex.PROPORTIONAL
         self.w = np.array([1.0 if self.weights is None else self.weights.get(c.point, 1.0) for c in self.cells])
-        self.points = sorted({c.point for c in self.cells}) if self.per_point else []
-        self.excess_diags = (
-            [np.array([1.0 if c.point == p else 0.0 for c in self.cells]) for p in self.points]
-            if self.per_point
-            else [self.w]
-        )
+        # the points with an excess of their own; the others share one (ONE or PROPORTIONAL)
+        self.blocks = [(p,) for p in sorted({c.point for c in self.cells})] if self.per_point else list(self.own)
+        self.points = sorted(p for b in self.blocks for p in b)
+        shared = np.array([0.0 if c.point in self.points else 1.0 for c in self.cells])
+        self.excess_diags = [np.array([1.0 if c.point in b else 0.0 for c in self.cells]) for b in self.blocks]
+        self.excess_diags += [self.w * shared] if shared.any() else []
 
     def mats(self) -> list[np.ndarray]:
         """dV / d(component) for each component, the cell's excess (its weight on the diagonal, or one
@@ -186,17 +187,18 @@ class Fit:
         return max(self.theta[len(self.design.ZZs) :])
 
     def tau2_at(self, point: Point) -> float:
-        if self.design.per_point:
-            return self.theta[len(self.design.ZZs) + self.design.points.index(point)]
+        own = [j for j, b in enumerate(self.design.blocks) if point in b]
+        if own:
+            return self.theta[len(self.design.ZZs) + own[0]]
         return self.theta[-1] * (1.0 if self.design.weights is None else self.design.weights.get(point, 1.0))
 
     @property
     def excess_weights(self) -> dict[Point, float] | None:
         """The excess per point over its largest (None: one for every point), as planning reads it."""
-        if not self.design.per_point:
+        if not self.design.points:
             return self.design.weights
         top = self.tau2
-        return {p: (self.tau2_at(p) / top if top > 0 else 1.0) for p in self.design.points}
+        return {c.point: (self.tau2_at(c.point) / top if top > 0 else 1.0) for c in self.design.cells}
 
     def contrast(self, arm: str, ref: str, point: Point) -> Estimate | None:
         """log(mu[arm, point]) - log(mu[ref, point]), or None when a group is missing."""
@@ -248,7 +250,7 @@ class Fit:
                     "df_short": float(self.noise.nu[j, 1]),
                     **(
                         {"sd_cell_excess": math.sqrt(self.tau2_at(point))}
-                        if self.design.weights or self.design.per_point
+                        if self.design.weights or self.design.points
                         else {}
                     ),
                 }
@@ -420,14 +422,18 @@ def planned(
 ) -> tuple[Design, tuple[float, ...]]:
     """A design not yet run and its components, under the excess model its fit would take (fit
     below): one per point (tau2 * w_p each) where every arm will hold ex.MIN_SERVERS cells at every
-    point, else tau2 weighed by the points' weights. Without a server factor (one cell per server)
-    the server's variance joins the excess."""
+    point, else one per point above batch 1 (ex.batch_blocks) and tau2 weighed by the points'
+    weights elsewhere. Without a server factor (one cell per server) the server's variance joins
+    the excess."""
     excess: tuple[float, ...] = (tau2,)
-    if ex.per_point_supported((c.arm, c.point) for c in cells):
+    groups = [(c.arm, c.point) for c in cells]
+    if ex.per_point_supported(groups):
         d = Design(list(cells), per_point=True)
-        excess = tuple(tau2 * (weights or {}).get(p, 1.0) for p in d.points)
     else:
-        d = Design(list(cells), weights=weights)
+        d = Design(list(cells), weights=weights, own=ex.batch_blocks(groups))
+    if d.blocks:
+        own = tuple(tau2 * (weights or {}).get(b[0], 1.0) for b in d.blocks)
+        excess = own + ((tau2,) if len(d.excess_diags) > len(d.blocks) else ())
     return d, ((sigma2_server, *excess) if d.kept else tuple(sigma2_server + t for t in excess))
 
 
@@ -440,6 +446,33 @@ def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.nda
 
 
 # -- the fit ----------------------------------------------------------------------------------------
+def _shared_excess(
+    vcells: list[Cell],
+    factors: tuple[str, ...],
+    known: np.ndarray,
+    y: np.ndarray,
+    noise: Noise,
+    own: tuple[tuple[Point, ...], ...],
+) -> tuple[Design, tuple[float, ...], bool, ex.ExcessChoice]:
+    """The fit when not every point can have an excess of its own: the points `own` (above batch 1,
+    ex.batch_blocks) each have theirs, the others share one excess, one for every point or
+    proportional to the point's noise, whichever AIC prefers."""
+    d = Design(vcells, factors, known, own=own)
+    theta, ok, f_one = _fit_components(d, y, noise.v(d))
+    choice = ex.ExcessChoice(ex.ONE)
+    rest = [i for i, c in enumerate(vcells) if c.point not in d.points]
+    if len({vcells[i].point for i in rest}) > 1:  # at one point the two models are one
+        w = ex.weights([vcells[i].point for i in rest], noise_at_median_rounds(d, noise)[rest])
+        dp_ = Design(vcells, factors, known, w, own=own)
+        theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
+        choice = ex.choose(f_one, f_p)
+        if choice.model == ex.PROPORTIONAL:
+            d, theta, ok = dp_, theta_p, ok_p
+    if own:
+        choice = ex.ExcessChoice(ex.BATCH, choice.gain, choice.model if rest else None)
+    return d, theta, ok, choice
+
+
 def fit(
     cells: Sequence[tuple[str, Point, str, CellStats]],
     factors: tuple[str, ...] = ("server",),
@@ -467,21 +500,14 @@ def fit(
         return None
     y = np.log([k[4] for k in keep])
     noise = pool_noise(d, [k[3] for k in keep])
-    if per_point and ex.per_point_supported((c.arm, c.point) for c in vcells):
+    groups = [(c.arm, c.point) for c in vcells]
+    if per_point and ex.per_point_supported(groups):
         # every arm holds enough servers at every point: each point's excess from its own cells
         d = Design(vcells, factors, known, per_point=True)
         theta, ok, _ = _fit_components(d, y, noise.v(d))
         choice = ex.ExcessChoice(ex.PER_POINT)
     else:
-        theta, ok, f_one = _fit_components(d, y, noise.v(d))
-        choice = ex.ExcessChoice(ex.ONE)
-        if len({c.point for c in vcells}) > 1:  # at one point the two models are one
-            w = ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise))
-            dp_ = Design(vcells, factors, known, w)
-            theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
-            choice = ex.choose(f_one, f_p)
-            if choice.model == ex.PROPORTIONAL:
-                d, theta, ok = dp_, theta_p, ok_p
+        d, theta, ok, choice = _shared_excess(vcells, factors, known, y, noise, ex.batch_blocks(groups) if per_point else ())
     inf = Inference(d, noise, theta)
     beta = inf.C @ (inf.ViX.T @ y)
     out = Fit(d, y, noise, theta, beta, ok, _inference=inf, excess=choice)
