@@ -27,7 +27,9 @@ def _coverage_at_quiet_point(monkeypatch: pytest.MonkeyPatch | None) -> tuple[fl
     rg = sim_grid.GRID_REGIMES["h200-grid"]
     fams = [sim_grid.family(sim.run(rg, 2, {"ref": {}, "arm": {}}), "ref", rg.min_effect) for _ in range(N)]
     quiet = Point(1024, 32)
-    return rate([covers_one(f[quiet]) for f in fams]), rate([any(c.decision in ("slower", "faster") for c in f.values()) for f in fams])
+    return rate([covers_one(f[quiet]) for f in fams]), rate(
+        [any(c.decision in ("slower", "faster") for c in f.values()) for f in fams]
+    )
 
 
 def test_the_quiet_batch_c_point_keeps_its_coverage_where_the_old_model_lost_it(monkeypatch):

@@ -38,9 +38,13 @@ def grid_aa(sim: GridSim, name: str, rg: GridRegime, k: int, n: int) -> list[Fig
     for p in POINTS:
         r = rate([covers_one(f[p]) for f in fams])
         what = f"95 % interval covers the true ratio at {p.depth // 1024}K x {p.concurrency}"
-        out.append(Figure(f"grid_coverage_{tag}_{p.name}", what, d, r, n, f">= 93 % (-{100 * slack:.1f} MC)", r >= 0.93 - slack))
+        out.append(
+            Figure(
+                f"grid_coverage_{tag}_{p.name}", what, d, r, n, f">= 93 % (-{100 * slack:.1f} MC)", r >= 0.93 - slack
+            )
+        )
     for p in POINTS:
-        mdes = [f[p].mde_pct for f in fams if f[p].mde_pct is not None]
+        mdes = [m for f in fams if (m := f[p].mde_pct) is not None]
         what = f"median printed MDE at {p.depth // 1024}K x {p.concurrency}, %"
         out.append(Figure(f"grid_mde_{tag}_{p.name}", what, d, float(np.median(mdes)) if mdes else float("nan")))
     return out
@@ -50,8 +54,7 @@ def grid_power(sim: GridSim, name: str, k: int, n: int, mde: float) -> Figure:
     """A true change of the median printed MDE at 1K x 32 (the other points A/A): "slower" there."""
     rg = GRID_REGIMES[name]
     hits = [
-        family(sim.run(rg, k, {"ref": {}, "arm": {QUIET: mde / 100}}), "ref", rg.min_effect)[QUIET].decision
-        == v.SLOWER
+        family(sim.run(rg, k, {"ref": {}, "arm": {QUIET: mde / 100}}), "ref", rg.min_effect)[QUIET].decision == v.SLOWER
         for _ in range(n)
     ]
     d = f"true change at 1K x 32 = the median printed MDE ({mde:.2f} %), {name}, {k} servers per arm"
