@@ -23,6 +23,10 @@ wider intervals where the excess does not grow (the 32K MDE of an A/A of 4 serve
 1.47 % in regime h200). Chosen by the design, not by a test: offered to AIC as a third model,
 PER_POINT was taken in 6 % of the final adaptive fits and left 32K at 92.1 %. Below MIN_SERVERS a
 point's own excess would rest on 2 degrees of freedom or fewer (docs/statistics/between-arms.md).
+
+Above batch 1 servers differ more (a server x concurrency term: batch_blocks). Below MIN_SERVERS each
+concurrency above batch 1 has an excess of its own (BATCH), shared by its depths, and only the
+batch-1 points take the AIC choice of ONE or PROPORTIONAL.
 """
 
 from __future__ import annotations
