@@ -138,7 +138,7 @@ def _excess(vmod: dict[str, Any]) -> str:
     why = (
         f"one per point: {ce['rule']}"
         if ce.get("model") == PER_POINT
-        else f"one per concurrency above batch 1: {ce['rule']}; batch 1: {ce.get('batch_1') or 'none'}"
+        else f"{ce['rule']}; at batch 1 {ce.get('batch_1') or 'no point'}"
         if ce.get("model") == BATCH
         else f"proportional to the point's noise: its REML likelihood exceeds one excess's by {ce['loglik_gain']:.2f} in log, AIC"
     )

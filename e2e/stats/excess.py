@@ -45,7 +45,7 @@ BATCH = "one per concurrency above batch 1"  # and ONE or PROPORTIONAL over the 
 MIN_SERVERS = 3  # cells per arm and point from which each point's excess is its own
 RULE = "AIC (one parameter each: the larger REML likelihood; a tie keeps one for every point)"
 PER_POINT_RULE = f"every arm has at least {MIN_SERVERS} servers at every point"
-BATCH_RULE = "fewer servers than that: each concurrency above batch 1 has its own (2 or more servers per arm)"
+BATCH_RULE = f"fewer than {MIN_SERVERS} servers per arm somewhere: each concurrency above batch 1 has its own"
 
 
 def batch_blocks(groups: Iterable[tuple[str, Point]]) -> tuple[tuple[Point, ...], ...]:
