@@ -27,7 +27,6 @@ from scipy import stats as st
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.gpu.gpu_driver import gpu_driver
 from e2e.rundir.manifest import installation
-from e2e.stats import excess as ex
 from e2e.stats import planning, verdicts
 from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
@@ -117,7 +116,7 @@ def default_components(arms: list[str], points: list[Point]) -> planning.Compone
 
 
 def grid_needs(cfg: Any, comp: planning.Components, cells: list[Any], step: float) -> str | None:
-    """What a grid (points above batch 1) needs, None at batch 1: below ex.MIN_SERVERS servers per
+    """What a grid (points above batch 1) needs, None at batch 1: below vm.MIN_SERVERS servers per
     arm each concurrency above batch 1 has an excess estimated from its own cells only (the df in
     the table), from that many each point has its own; the widest MDE a design of that many
     servers per arm would have, from the same model and rule (planning.mde_for_design)."""
@@ -126,7 +125,7 @@ def grid_needs(cfg: Any, comp: planning.Components, cells: list[Any], step: floa
         return None
     rounds = {p: int(np.median([c.rounds or cfg.workload.rounds for c in cells if c.point == p])) for p in points}
     shared = cfg.server.mode == "per-arm-pass"
-    k = ex.MIN_SERVERS
+    k = vm.MIN_SERVERS
     mdes = planning.mde_for_design(comp, arms, points, k, rounds, shared, step, cfg.stats.min_effect_pct)
     at, worst = max(mdes.items(), key=lambda kv: math.inf if kv[1] is None else kv[1])
     widest = "-" if worst is None else f"{worst:.2f} %"

@@ -52,6 +52,7 @@ from e2e.stats.point import Point
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
 PROPORTIONAL, PER_POINT, BATCH = ex.PROPORTIONAL, ex.PER_POINT, ex.BATCH  # the excess models a report names
+MIN_SERVERS = ex.MIN_SERVERS  # servers per arm from which every point has an excess of its own
 
 
 @dataclass(frozen=True)
