@@ -22,7 +22,7 @@ N = 100  # experiments per design (the README's table: 2000, `python -m e2e.vali
 
 @pytest.fixture(scope="module")
 def figs() -> dict[str, cf.Figure]:
-    return {f.key: f for f in cf.run(N)}
+    return {f.key: f for f in cf.run(N, grid=False)}  # the grid rows: tests/test_conformance_grid.py
 
 
 def _tol(f: cf.Figure, p: float = 0.05) -> float:

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as st
 
 from e2e.stats import cells as stats
+from e2e.stats import reml
 from e2e.stats import variance_model as vm
 from e2e.stats.point import Point
 from tests.support import ROOT
@@ -99,7 +100,7 @@ def test_reml_is_the_likelihood_maximum():
     d, v, y = f.design, f.noise.v(f.design), f.y
 
     def nll(t):
-        P, _, ld, ldx = vm._P(d, vm._V(d, v, t))
+        P, _, ld, ldx = reml.projection(d, reml.covariance(d, v, t))
         return 0.5 * (ld + ldx + float(y @ P @ y))
 
     best = nll(f.theta)
@@ -238,7 +239,7 @@ def test_from_three_servers_per_arm_at_every_point_each_point_has_its_own_excess
     y, noise = f.y, f.noise
 
     def nll(design, theta):
-        P, _, ld, ldx = vm._P(design, vm._V(design, noise.v(design), theta))
+        P, _, ld, ldx = reml.projection(design, reml.covariance(design, noise.v(design), theta))
         return 0.5 * (ld + ldx + float(y @ P @ y))
 
     assert nll(f.design, f.theta) <= nll(one.design, one.theta) + 1e-9

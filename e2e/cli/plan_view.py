@@ -141,6 +141,8 @@ def _resolves(console: Any, cfg: Config, cells: list[Cell], gpu: str | None) -> 
     console.print(t)
     if pred.get("mde_interval"):
         _say(console, f"MDE % (lo to hi): {pred['mde_interval']}")
+    if pred.get("grid"):
+        _say(console, pred["grid"])
     return max((float(c["ci_half_width_pct"]) for c in pred["comparisons"]), default=None)
 
 

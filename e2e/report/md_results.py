@@ -10,7 +10,7 @@ from e2e.report.md_facts import executor_line
 from e2e.report.tables import num, render_markdown
 from e2e.stats import outcomes
 from e2e.stats.point import Point
-from e2e.stats.variance_model import PER_POINT, PROPORTIONAL
+from e2e.stats.variance_model import BATCH, PER_POINT, PROPORTIONAL
 from e2e.stats.verdicts import INERT
 
 
@@ -129,7 +129,7 @@ def _excess(vmod: dict[str, Any]) -> str:
     """The cell excess as the fit chose it: one for every point, growing with the point's noise, or
     one per point."""
     ce = vmod.get("cell_excess") or {}
-    if ce.get("model") not in (PROPORTIONAL, PER_POINT):
+    if ce.get("model") not in (PROPORTIONAL, PER_POINT, BATCH):
         one = f"{100 * vmod['sd_cell_excess']:.3f} %"
         return one + (
             " (one for every point: it fits at least as well as one growing with the noise)" if ce.get("rule") else ""
@@ -138,6 +138,8 @@ def _excess(vmod: dict[str, Any]) -> str:
     why = (
         f"one per point: {ce['rule']}"
         if ce.get("model") == PER_POINT
+        else f"{ce['rule']}; at batch 1 {ce.get('batch_1') or 'no point'}"
+        if ce.get("model") == BATCH
         else f"proportional to the point's noise: its REML likelihood exceeds one excess's by {ce['loglik_gain']:.2f} in log, AIC"
     )
     return ", ".join(f"{k} {100 * x:.3f} %" for k, x in per.items()) + f" ({why})"

@@ -23,6 +23,10 @@ wider intervals where the excess does not grow (the 32K MDE of an A/A of 4 serve
 1.47 % in regime h200). Chosen by the design, not by a test: offered to AIC as a third model,
 PER_POINT was taken in 6 % of the final adaptive fits and left 32K at 92.1 %. Below MIN_SERVERS a
 point's own excess would rest on 2 degrees of freedom or fewer (docs/statistics/between-arms.md).
+
+Above batch 1 servers differ more (a server x concurrency term: batch_blocks). Below MIN_SERVERS each
+concurrency above batch 1 has an excess of its own (BATCH), shared by its depths, and only the
+batch-1 points take the AIC choice of ONE or PROPORTIONAL.
 """
 
 from __future__ import annotations
@@ -37,9 +41,26 @@ import numpy as np
 from e2e.stats.point import Point
 
 ONE, PROPORTIONAL, PER_POINT = "one for every point", "proportional to the point's noise", "one per point"
+BATCH = "one per concurrency above batch 1"  # and ONE or PROPORTIONAL over the batch-1 points
 MIN_SERVERS = 3  # cells per arm and point from which each point's excess is its own
 RULE = "AIC (one parameter each: the larger REML likelihood; a tie keeps one for every point)"
 PER_POINT_RULE = f"every arm has at least {MIN_SERVERS} servers at every point"
+BATCH_RULE = f"fewer than {MIN_SERVERS} servers per arm somewhere: each concurrency above batch 1 has its own"
+
+
+def batch_blocks(groups: Iterable[tuple[str, Point]]) -> tuple[tuple[Point, ...], ...]:
+    """Where per_point_supported does not hold: the points above batch 1 whose groups all hold 2
+    cells or more (one entry per cell), one block per concurrency; each block has an excess of its
+    own, a server x concurrency term shared by that concurrency's depths. Batch c has a term of its
+    own (about 1.9 % per server at c >= 16 in the committed FA3 pass pairs): tied to the batch-1
+    points' excess (ONE) or to the point's noise (PROPORTIONAL) the quietest point (1K x 32) got
+    almost none and covered 68.5 % (A/A family-wise 12.0 %, regime h200-grid, 200 runs). One term
+    for every c > 1 held only while the term is equal at every c (c = 4 at 0.5 % and c >= 16 at
+    2.5 %: 91.5 %); one per point rests on 2 degrees of freedom (printed MDEs 30-50 %)."""
+    n = Counter(groups)
+    c_of = {p: getattr(p, "concurrency", 1) for _, p in n}  # a bare depth (an int) is batch 1
+    own = sorted(p for p, c in c_of.items() if c > 1 and min(k for (_, q), k in n.items() if q == p) >= 2)
+    return tuple(tuple(p for p in own if c_of[p] == c) for c in sorted({c_of[p] for p in own}))
 
 
 def per_point_supported(groups: Iterable[tuple[str, Point]]) -> bool:
@@ -64,9 +85,13 @@ class ExcessChoice:
     model: str
     gain: float | None = None
 
+    shared: str | None = None  # BATCH: the batch-1 points' model (ONE or PROPORTIONAL)
+
     def to_dict(self) -> dict[str, Any]:
         rule = PER_POINT_RULE if self.model == PER_POINT else RULE if self.gain is not None else None
-        return {"model": self.model, "rule": rule, "loglik_gain": self.gain}
+        if self.model != BATCH:
+            return {"model": self.model, "rule": rule, "loglik_gain": self.gain}
+        return {"model": self.model, "rule": BATCH_RULE, "loglik_gain": self.gain, "batch_1": self.shared}
 
 
 def choose(neg_loglik_one: float, neg_loglik_prop: float) -> ExcessChoice:

@@ -23,7 +23,7 @@ a textbook test:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -112,7 +112,7 @@ class Components:
         q = {(g["arm"], Point.of(g)): (g["rel_sd_long"] ** 2, g["rel_sd_short"] ** 2) for g in d["groups"]}
         nu = {(g["arm"], Point.of(g)): (g["df_long"], g["df_short"]) for g in d["groups"]}
         tau2 = d["sd_cell_excess"] ** 2
-        if (d.get("cell_excess") or {}).get("model") not in (ex.PROPORTIONAL, ex.PER_POINT):
+        if (d.get("cell_excess") or {}).get("model") not in (ex.PROPORTIONAL, ex.PER_POINT, ex.BATCH):
             return cls(
                 d["sd_server"] ** 2, tau2, q, nu, source, None
             )  # one excess: groups carry no excess of their own
@@ -302,20 +302,11 @@ def allocate(
         starts = P * sum(costs.start_s[a] * (1 if shared else len(points)) for a in arms)
         if best is not None and best.met and starts >= best.predicted_s:
             break
-        rounds = {d: ROUND_GRID[0] for d in points}
-        for d in points:
-            lo, hi = 0, len(ROUND_GRID) - 1
-            rounds[d] = ROUND_GRID[hi]
-            if not meets(hw(P, rounds), d):
-                continue  # even the most rounds miss at this P: keep them
-            while lo < hi:  # the fewest rounds that meet point d's target
-                mid = (lo + hi) // 2
-                rounds[d] = ROUND_GRID[mid]
-                if meets(hw(P, rounds), d):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            rounds[d] = ROUND_GRID[lo]
+
+        def meets_at(r: dict[Point, int], d: Point, P: int = P) -> bool:
+            return meets(hw(P, r), d)
+
+        rounds = _fewest_rounds(meets_at, points)
         cost = P * costs.of_pass(arms, points, rounds, shared)
         if max_cost_s is not None and cost > max_cost_s:
             rounds = {d: ROUND_GRID[0] for d in points}  # affordable, if anything is
@@ -330,3 +321,23 @@ def allocate(
         best = Allocation(0, {d: ROUND_GRID[0] for d in points}, {}, 0.0, False, 0)
     best.considered = considered
     return best
+
+
+def _fewest_rounds(meets: Callable[[dict[Point, int], Point], bool], points: Sequence[Point]) -> dict[Point, int]:
+    """Per point, the fewest rounds of ROUND_GRID whose design meets that point's target (a
+    bisection: a point's half-width falls with its rounds), the most where none does."""
+    rounds = {d: ROUND_GRID[0] for d in points}
+    for d in points:
+        lo, hi = 0, len(ROUND_GRID) - 1
+        rounds[d] = ROUND_GRID[hi]
+        if not meets(rounds, d):
+            continue  # even the most rounds miss at this P: keep them
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rounds[d] = ROUND_GRID[mid]
+            if meets(rounds, d):
+                hi = mid
+            else:
+                lo = mid + 1
+        rounds[d] = ROUND_GRID[lo]
+    return rounds

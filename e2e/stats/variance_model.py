@@ -15,12 +15,14 @@ The model (docs, "Between arms"):
 * The excess is one for every point (w_i = 1) or grows with the point's sampling noise (w_i: the
   point's mean v at the design's median rounds over the noisiest point's), whichever has the larger REML likelihood;
   once every arm has ex.MIN_SERVERS servers at every point, each point has an excess of its own
-  (tau2_p: one component per point). e2e/stats/excess.py says why.
+  (tau2_p: one component per point). Below that, each concurrency above batch 1 has an excess of its
+  own (a server x concurrency term shared by its depths, ex.batch_blocks; ex.BATCH) and only the
+  batch-1 points share the one or proportional excess. e2e/stats/excess.py says why.
 * sigma2_server and tau2 are estimated by REML (restricted maximum likelihood) from all servers
   and depths together. With one cell per server (fresh mode) the two cannot be told apart and one
   component, tau2, carries both. statsmodels' MixedLM estimates a single residual scale and has no
   per-observation known sampling variances, which this needs (v_i differ 100x between 1K and 32K);
-  the fit is ~60 lines of linear algebra below, checked against statsmodels where both apply
+  the fit is ~60 lines of linear algebra (e2e/stats/reml.py), checked against statsmodels where both apply
   (tests/test_variance_model.py).
 * A contrast (arm vs reference at one point, a difference of mu's) is estimated by GLS; its
   variance c'(X'V^-1 X)^-1 c, and its degrees of freedom by Satterthwaite: the uncertainty of
@@ -43,12 +45,14 @@ from typing import Any
 import numpy as np
 
 from e2e.stats import excess as ex
+from e2e.stats import reml
 from e2e.stats.cells import CellStats, median_variance_factor
 from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
-PROPORTIONAL, PER_POINT = ex.PROPORTIONAL, ex.PER_POINT  # the excess models a report names
+PROPORTIONAL, PER_POINT, BATCH = ex.PROPORTIONAL, ex.PER_POINT, ex.BATCH  # the excess models a report names
+MIN_SERVERS = ex.MIN_SERVERS  # servers per arm from which every point has an excess of its own
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Design:
     extra: np.ndarray | None = None  # known extra variance per cell (a non-stationary server's drift)
     weights: dict[Point, float] | None = None  # the excess's weight per point (ex.PROPORTIONAL); None: 1 (ex.ONE)
     per_point: bool = False  # an excess variance of its own at every point (ex.PER_POINT)
+    own: tuple[tuple[Point, ...], ...] = ()  # else blocks of points with an excess each (ex.BATCH), the rest's shared
 
     def __post_init__(self) -> None:
         self.groups = sorted({(c.arm, c.point) for c in self.cells}, key=lambda g: (g[1], g[0]))
@@ -111,12 +116,12 @@ class Design:
         )
         self.excess = ex.PER_POINT if self.per_point else ex.ONE if self.weights is None else ex.PROPORTIONAL
         self.w = np.array([1.0 if self.weights is None else self.weights.get(c.point, 1.0) for c in self.cells])
-        self.points = sorted({c.point for c in self.cells}) if self.per_point else []
-        self.excess_diags = (
-            [np.array([1.0 if c.point == p else 0.0 for c in self.cells]) for p in self.points]
-            if self.per_point
-            else [self.w]
-        )
+        # the points with an excess of their own; the others share one (ONE or PROPORTIONAL)
+        self.blocks = [(p,) for p in sorted({c.point for c in self.cells})] if self.per_point else list(self.own)
+        self.points = sorted(p for b in self.blocks for p in b)
+        shared = np.array([0.0 if c.point in self.points else 1.0 for c in self.cells])
+        self.excess_diags = [np.array([1.0 if c.point in b else 0.0 for c in self.cells]) for b in self.blocks]
+        self.excess_diags += [self.w * shared] if shared.any() else []
 
     def mats(self) -> list[np.ndarray]:
         """dV / d(component) for each component, the cell's excess (its weight on the diagonal, or one
@@ -186,17 +191,18 @@ class Fit:
         return max(self.theta[len(self.design.ZZs) :])
 
     def tau2_at(self, point: Point) -> float:
-        if self.design.per_point:
-            return self.theta[len(self.design.ZZs) + self.design.points.index(point)]
+        own = [j for j, b in enumerate(self.design.blocks) if point in b]
+        if own:
+            return self.theta[len(self.design.ZZs) + own[0]]
         return self.theta[-1] * (1.0 if self.design.weights is None else self.design.weights.get(point, 1.0))
 
     @property
     def excess_weights(self) -> dict[Point, float] | None:
         """The excess per point over its largest (None: one for every point), as planning reads it."""
-        if not self.design.per_point:
+        if not self.design.points:
             return self.design.weights
         top = self.tau2
-        return {p: (self.tau2_at(p) / top if top > 0 else 1.0) for p in self.design.points}
+        return {c.point: (self.tau2_at(c.point) / top if top > 0 else 1.0) for c in self.design.cells}
 
     def contrast(self, arm: str, ref: str, point: Point) -> Estimate | None:
         """log(mu[arm, point]) - log(mu[ref, point]), or None when a group is missing."""
@@ -248,7 +254,7 @@ class Fit:
                     "df_short": float(self.noise.nu[j, 1]),
                     **(
                         {"sd_cell_excess": math.sqrt(self.tau2_at(point))}
-                        if self.design.weights or self.design.per_point
+                        if self.design.weights or self.design.points
                         else {}
                     ),
                 }
@@ -303,86 +309,6 @@ def noise_at_median_rounds(d: Design, noise: Noise) -> np.ndarray:
     return v
 
 
-# -- REML -------------------------------------------------------------------------------------------
-def _V(d: Design, v: np.ndarray, theta: Sequence[float] | np.ndarray) -> np.ndarray:
-    k = len(d.ZZs)
-    V = np.diag(v + sum(t * w for t, w in zip(theta[k:], d.excess_diags)))
-    for t, M in zip(theta[:k], d.ZZs):
-        V = V + t * M
-    return V
-
-
-def _P(d: Design, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """(P, Vinv, log|V|, log|X'V^-1 X|) with P = V^-1 - V^-1 X (X'V^-1 X)^-1 X'V^-1. numpy's own
-    Cholesky (no input checks): the conformance suite calls this ~10^5 times."""
-    L = np.linalg.cholesky(V)
-    Li = np.linalg.inv(L)
-    Vi = Li.T @ Li
-    logdet = 2.0 * float(np.log(np.diagonal(L)).sum())
-    ViX = Vi @ d.X
-    XtViX = d.X.T @ ViX
-    logdet_x = 2.0 * float(np.log(np.diagonal(np.linalg.cholesky(XtViX))).sum())
-    P = Vi - ViX @ np.linalg.solve(XtViX, ViX.T)
-    return P, Vi, logdet, logdet_x
-
-
-def _fit_components(d: Design, y: np.ndarray, v: np.ndarray) -> tuple[tuple[float, ...], bool, float]:
-    """REML estimates of every component (d.kept, then tau2), all >= 0, whether the search says it
-    converged, and -log(REML likelihood) there (up to a constant): Fisher scoring with the
-    REML information, steps halved until the likelihood does not fall, components that would go
-    negative held at 0 (the boundary is common: a server variance the data cannot see)."""
-    resid = y - d.X @ np.linalg.lstsq(d.X, y, rcond=None)[0]
-    # scale of the search: the residual variance about the group means, or the noise itself
-    s0 = max(float(resid @ resid) / max(d.residual_df, 1), float(np.mean(v)), 1e-14)
-    mats = d.mats()
-    J = len(mats)
-
-    def state(t: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
-        try:
-            P, _, ld, ldx = _P(d, _V(d, v, t))
-        except (np.linalg.LinAlgError, ValueError):
-            return None
-        Py = P @ y
-        PM = [P @ M for M in mats]
-        score = np.array([-0.5 * (float(np.trace(A)) - float(Py @ (M @ Py))) for A, M in zip(PM, mats)])
-        info = np.array([[0.5 * float(np.sum(A * B.T)) for B in PM] for A in PM])
-        f = 0.5 * (ld + ldx + float(y @ Py))
-        if not (math.isfinite(f) and np.all(np.isfinite(score)) and np.all(np.isfinite(info))):
-            return None  # components where V is numerically singular: not a point the search may take
-        return f, score, info
-
-    def search(t: np.ndarray) -> tuple[np.ndarray, float, bool]:
-        st = state(t)
-        if st is None:
-            return t, math.inf, False
-        f, g, info = st
-        for _ in range(100):
-            step = np.linalg.pinv(info) @ g
-            free = ~((t <= 0) & (g < 0))  # at the bound and pushed out: stays there
-            step = np.where(free, step, 0.0)
-            lam = 1.0
-            moved: tuple[float, np.ndarray, np.ndarray] | None = None  # the state a step reached
-            while lam > 1e-6:
-                t_new = np.maximum(t + lam * step, 0.0)
-                st_new = state(t_new)
-                if st_new is not None and st_new[0] <= f + 1e-12 * (1 + abs(f)):
-                    moved = st_new
-                    break
-                lam /= 2
-            if moved is None:
-                return t, f, True  # no step helps: a (boundary) optimum
-            done = np.all(np.abs(t_new - t) <= 1e-6 * s0) or abs(moved[0] - f) <= 1e-10 * (1 + abs(f))
-            t, (f, g, info) = t_new, moved
-            if done:
-                return t, f, True
-        return t, f, False
-
-    starts = [np.full(J, s0 / J), np.eye(J)[-1] * s0]
-    results = [search(t0) for t0 in starts]
-    t, f, ok = min(results, key=lambda r: r[1])
-    return tuple(float(x) for x in t), ok, f
-
-
 class Inference:
     """The algebra at one point (design, noise, components): the fixed effects' covariance and,
     for any contrast, its variance and Satterthwaite degrees of freedom. Built once per fit (or
@@ -390,7 +316,7 @@ class Inference:
 
     def __init__(self, d: Design, noise: Noise, theta: Sequence[float]):
         self.d, self.noise, self.theta = d, noise, tuple(theta)
-        P, Vi, _, _ = _P(d, _V(d, noise.v(d), theta))
+        P, Vi, _, _ = reml.projection(d, reml.covariance(d, noise.v(d), theta))
         self.ViX = Vi @ d.X
         self.C = np.linalg.inv(d.X.T @ self.ViX)
         self.mats = d.mats()
@@ -420,14 +346,18 @@ def planned(
 ) -> tuple[Design, tuple[float, ...]]:
     """A design not yet run and its components, under the excess model its fit would take (fit
     below): one per point (tau2 * w_p each) where every arm will hold ex.MIN_SERVERS cells at every
-    point, else tau2 weighed by the points' weights. Without a server factor (one cell per server)
-    the server's variance joins the excess."""
+    point, else one per point above batch 1 (ex.batch_blocks) and tau2 weighed by the points'
+    weights elsewhere. Without a server factor (one cell per server) the server's variance joins
+    the excess."""
     excess: tuple[float, ...] = (tau2,)
-    if ex.per_point_supported((c.arm, c.point) for c in cells):
+    groups = [(c.arm, c.point) for c in cells]
+    if ex.per_point_supported(groups):
         d = Design(list(cells), per_point=True)
-        excess = tuple(tau2 * (weights or {}).get(p, 1.0) for p in d.points)
     else:
-        d = Design(list(cells), weights=weights)
+        d = Design(list(cells), weights=weights, own=ex.batch_blocks(groups))
+    if d.blocks:
+        own = tuple(tau2 * (weights or {}).get(b[0], 1.0) for b in d.blocks)
+        excess = own + ((tau2,) if len(d.excess_diags) > len(d.blocks) else ())
     return d, ((sigma2_server, *excess) if d.kept else tuple(sigma2_server + t for t in excess))
 
 
@@ -440,6 +370,33 @@ def contrast_variance(d: Design, noise: Noise, theta: Sequence[float], c: np.nda
 
 
 # -- the fit ----------------------------------------------------------------------------------------
+def _shared_excess(
+    vcells: list[Cell],
+    factors: tuple[str, ...],
+    known: np.ndarray,
+    y: np.ndarray,
+    noise: Noise,
+    own: tuple[tuple[Point, ...], ...],
+) -> tuple[Design, tuple[float, ...], bool, ex.ExcessChoice]:
+    """The fit when not every point can have an excess of its own: the points `own` (above batch 1,
+    ex.batch_blocks) each have theirs, the others share one excess, one for every point or
+    proportional to the point's noise, whichever AIC prefers."""
+    d = Design(vcells, factors, known, own=own)
+    theta, ok, f_one = reml.fit_components(d, y, noise.v(d))
+    choice = ex.ExcessChoice(ex.ONE)
+    rest = [i for i, c in enumerate(vcells) if c.point not in d.points]
+    if len({vcells[i].point for i in rest}) > 1:  # at one point the two models are one
+        w = ex.weights([vcells[i].point for i in rest], noise_at_median_rounds(d, noise)[rest])
+        dp_ = Design(vcells, factors, known, w, own=own)
+        theta_p, ok_p, f_p = reml.fit_components(dp_, y, noise.v(dp_))
+        choice = ex.choose(f_one, f_p)
+        if choice.model == ex.PROPORTIONAL:
+            d, theta, ok = dp_, theta_p, ok_p
+    if own:
+        choice = ex.ExcessChoice(ex.BATCH, choice.gain, choice.model if rest else None)
+    return d, theta, ok, choice
+
+
 def fit(
     cells: Sequence[tuple[str, Point, str, CellStats]],
     factors: tuple[str, ...] = ("server",),
@@ -467,21 +424,16 @@ def fit(
         return None
     y = np.log([k[4] for k in keep])
     noise = pool_noise(d, [k[3] for k in keep])
-    if per_point and ex.per_point_supported((c.arm, c.point) for c in vcells):
+    groups = [(c.arm, c.point) for c in vcells]
+    if per_point and ex.per_point_supported(groups):
         # every arm holds enough servers at every point: each point's excess from its own cells
         d = Design(vcells, factors, known, per_point=True)
-        theta, ok, _ = _fit_components(d, y, noise.v(d))
+        theta, ok, _ = reml.fit_components(d, y, noise.v(d))
         choice = ex.ExcessChoice(ex.PER_POINT)
     else:
-        theta, ok, f_one = _fit_components(d, y, noise.v(d))
-        choice = ex.ExcessChoice(ex.ONE)
-        if len({c.point for c in vcells}) > 1:  # at one point the two models are one
-            w = ex.weights([c.point for c in vcells], noise_at_median_rounds(d, noise))
-            dp_ = Design(vcells, factors, known, w)
-            theta_p, ok_p, f_p = _fit_components(dp_, y, noise.v(dp_))
-            choice = ex.choose(f_one, f_p)
-            if choice.model == ex.PROPORTIONAL:
-                d, theta, ok = dp_, theta_p, ok_p
+        d, theta, ok, choice = _shared_excess(
+            vcells, factors, known, y, noise, ex.batch_blocks(groups) if per_point else ()
+        )
     inf = Inference(d, noise, theta)
     beta = inf.C @ (inf.ViX.T @ y)
     out = Fit(d, y, noise, theta, beta, ok, _inference=inf, excess=choice)

@@ -217,13 +217,7 @@ def model_comparison(
     base = _Shared(alpha=alpha, min_effect_pct=min_effect_pct, level=level, n_ref=kr, n_arm=ka)
     if kr == 0 or ka == 0:
         return Comparison(
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
+            *(None,) * 7,
             model="none",
             decision=NODATA,
             diff_ms=None,
@@ -238,13 +232,12 @@ def model_comparison(
     cov = fit.covariance(arm, ref, point)
     if e is None or ma is None or mr is None or cov is None:
         return _within(ref_cells, arm_cells, base, level)  # the fit holds no cell of one side
-    ratio = math.exp(e.value)
     model = (
         f"one variance model over every server and depth ({fit.design.components}; REML, "
         "Satterthwaite degrees of freedom per comparison)"
     )
     out = Comparison(
-        ratio,
+        math.exp(e.value),
         None,
         BETWEEN,
         None,
@@ -253,27 +246,31 @@ def model_comparison(
         e.se,
         model=model,
         decision=INCONCLUSIVE,
-        diff_ms=None,
+        diff_ms=math.exp(ma.value) - math.exp(mr.value),
         diff_ci=None,
         warnings=list(fit.warnings),
         **base,
     )
-    diff = math.exp(ma.value) - math.exp(mr.value)
-    grad = np.array([math.exp(ma.value), -math.exp(mr.value)])
-    out.diff_ms = diff
     if e.se <= 1e-9:  # 1e-7 %: the fit's floor, not a measured variance
         out.warnings.append("zero variance between the servers and no noise within them: no test")
         return out
-    q = t_quantile(0.5 + level / 2, e.df)
+    _test(out, e, np.array([math.exp(ma.value), -math.exp(mr.value)]), cov)
+    return out
+
+
+def _test(out: Comparison, e: vm.Estimate, grad: np.ndarray, cov: np.ndarray) -> None:
+    """The interval, the two-sided and the TOST p and the decision of a between-server comparison
+    from its log-ratio estimate e (grad, cov: the ms difference's gradient and the means' covariance)."""
+    assert out.ratio is not None and out.diff_ms is not None  # set by model_comparison
+    q = t_quantile(0.5 + out.level / 2, e.df)
     dse = math.sqrt(max(float(grad @ cov @ grad), 0.0))
-    out.diff_ci = (diff - q * dse, diff + q * dse)
+    out.diff_ci = (out.diff_ms - q * dse, out.diff_ms + q * dse)
     out.ci = (math.exp(e.value - q * e.se), math.exp(e.value + q * e.se))
     out.p = 2 * _tcdf(-abs(e.value) / e.se, e.df)
-    if min_effect_pct > 0:
-        m = math.log1p(min_effect_pct / 100)
+    if out.min_effect_pct > 0:
+        m = math.log1p(out.min_effect_pct / 100)
         out.p_equiv = max(_tcdf(-(e.value + m) / e.se, e.df), _tcdf((e.value - m) / e.se, e.df))
-    out.decision = decide(ratio, out.p, out.p_equiv, alpha, min_effect_pct)
-    return out
+    out.decision = decide(out.ratio, out.p, out.p_equiv, out.alpha, out.min_effect_pct)
 
 
 def pooled_comparison(

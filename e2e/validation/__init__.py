@@ -1,5 +1,5 @@
 """The validation wing: the statistics checked by simulation through the code a run executes. The
-conformance tables (`python -m e2e.validation.conformance`, `_adaptive`, `_guard`, `_runs`,
+conformance tables (`python -m e2e.validation.conformance`, `_adaptive`, `_grid`, `_guard`, `_runs`,
 `_bookends`), the simulated runs and server timings they judge, and the change-point search's timing
 (`python -m e2e.validation.bench_changepoints`). It stands above analysis/ so that it imports the
 rules a run uses (analysis/comparisons.py, analysis/run_prior.py) instead of copying them; nothing
@@ -14,8 +14,10 @@ __all__ = [
     "conformance_adaptive",
     "conformance_bookends",
     "conformance_figures",
+    "conformance_grid",
     "conformance_guard",
     "conformance_runs",
+    "sim_grid",
     "sim_server_timings",
     "simulation",
 ]

@@ -1,7 +1,8 @@
 """Conformance of the decision layer: simulated runs with a known truth (e2e/validation/simulation.py),
 through the functions a run uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison
 -> verdicts.decide_family; planning for the MDE and the adaptive allocation; changepoints for a
-history; signoff's non-inferiority test on simulated counts). Prints the figures as a markdown table
+history; signoff's non-inferiority test on simulated counts; grid runs of depth x concurrency,
+e2e/validation/conformance_grid.py). Prints the figures as a markdown table
 (tests/test_conformance.py asserts them):
 
     python -m e2e.validation.conformance [--experiments N] [--seed S]
@@ -20,6 +21,8 @@ from e2e.stats import changepoints, planning, signoff
 from e2e.stats import verdicts as v
 from e2e.validation.conformance_adaptive import adaptive_figures
 from e2e.validation.conformance_figures import Figure, at_least, at_most, covers_one, rate, table_main, tol
+from e2e.validation.conformance_grid import grid_figures
+from e2e.validation.sim_grid import GridSim
 from e2e.validation.simulation import (
     ALPHA,
     DEPTHS,
@@ -352,13 +355,15 @@ def gsm8k_figures(n: int, seed: int = SEED) -> list[Figure]:
     return out
 
 
-def run(n: int = 500, seed: int = SEED) -> list[Figure]:
+def run(n: int = 500, seed: int = SEED, grid: bool = True) -> list[Figure]:
+    """The table; grid: with the grid rows (e2e/validation/conformance_grid.py, n runs a design)."""
     sim = Sim(seed)
     return (
         between_arm_figures(sim, n)
         + adaptive_figures(sim, max(20, (2 * n) // 5))
         + history_figures(sim, max(20, n // 5))
         + gsm8k_figures(2 * n, seed)
+        + (grid_figures(GridSim(seed), n) if grid else [])
     )
 
 

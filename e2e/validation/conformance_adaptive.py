@@ -13,10 +13,11 @@ import numpy as np
 
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
+from e2e.stats import verdicts as v
 from e2e.stats.point import Point
 from e2e.validation.conformance_figures import Figure, covers_one, markdown, rate, tol
 from e2e.validation.conformance_figures import _experiments as experiments_arg
-from e2e.validation.simulation import DEPTHS, POINTS, REGIMES, SEED, Sim, family
+from e2e.validation.simulation import DEPTHS, POINTS, REGIMES, SEED, Regime, Sim, family
 
 # -- the adaptive stop ----------------------------------------------------------------------------
 COSTS = planning.Costs(
@@ -29,6 +30,28 @@ COSTS = planning.Costs(
 ADAPTIVE = (("cpu", 8.0), ("h200", 0.4), ("h200-growing", 0.6))
 
 
+def adaptive_run(
+    sim: Sim, rg: Regime, target: float
+) -> tuple[list[tuple[str, int, v.Comparison]], planning.Allocation]:
+    """One two-stage run: the pilot's fit, the allocation it picks, the final family over both."""
+    pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
+    f = vm.fit([(a, Point(d), s, c) for a, d, s, c in pilot])
+    assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
+    alloc = planning.allocate(
+        planning.Components.of(f),
+        list(f.design.cells),
+        ["ref", "arm"],
+        list(POINTS),
+        True,
+        COSTS,
+        target,
+        max_extra_passes=6,
+    )
+    rounds = {p.depth: r for p, r in alloc.rounds.items()}
+    more = [x for arm in ("ref", "arm") for x in sim.servers(rg, arm, alloc.extra_passes, {}, rounds, tag="x")]
+    return family(pilot + more, "ref", rg.min_effect), alloc
+
+
 def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> list[Figure]:
     """Two stages, as session._replicate runs them: a pilot of 2 servers per arm, then the
     allocation planning.allocate picks from the pilot's fit (extra passes, rounds per depth), then
@@ -39,77 +62,38 @@ def adaptive_figures(sim: Sim, n: int, regimes: Sequence[str] | None = None) -> 
     for name, target in ADAPTIVE:
         if regimes is not None and name not in regimes:
             continue
-        rg = REGIMES[name]
-        cover, met, extra, minutes = [], [], [], []
+        met, extra, minutes = [], [], []
         at: dict[int, list[bool]] = {dd: [] for dd in DEPTHS}
         for _ in range(n):
-            pilot = sim.experiment(rg, 2, {"ref": {}, "arm": {}})
-            f = vm.fit([(a, Point(d), s, c) for a, d, s, c in pilot])
-            assert f is not None  # 2 servers per arm at every depth leave a variance to estimate
-            existing = list(f.design.cells)
-            alloc = planning.allocate(
-                planning.Components.of(f),
-                existing,
-                ["ref", "arm"],
-                list(POINTS),
-                True,
-                COSTS,
-                target,
-                max_extra_passes=6,
-            )
-            more = [
-                x
-                for arm in ("ref", "arm")
-                for x in sim.servers(
-                    rg, arm, alloc.extra_passes, {}, {p.depth: r for p, r in alloc.rounds.items()}, tag="x"
-                )
-            ]
-            fam = family(pilot + more, "ref", rg.min_effect)
-            cover += [covers_one(c) for *_, c in fam]
+            fam, alloc = adaptive_run(sim, REGIMES[name], target)
             for _, dd, c in fam:
                 at[dd].append(covers_one(c))
             met.append(all(c.ci_half_width_pct is not None and c.ci_half_width_pct <= target for *_, c in fam))
             extra.append(alloc.extra_passes)
             minutes.append(alloc.predicted_s / 60)
         d = f"A/A, {name}, pilot 2 servers per arm, target +-{target:g} %, allocation from the pilot"
-        r, slack = rate(cover), tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
-        out.append(
-            Figure(
-                f"adaptive_coverage_{name}",
-                "95 % interval covers the true ratio (per comparison)",
-                d,
-                r,
-                len(cover),
-                f">= 93 % (-{100 * slack:.1f} MC)",
-                r >= 0.93 - slack,
-            )
-        )
-        for dd, xs in at.items():
+        slack = tol(0.95, n)  # 3 Monte-Carlo se of n experiments (depths share servers)
+        rows = [
+            (f"adaptive_coverage_{name}", "95 % interval covers the true ratio (per comparison)", sum(at.values(), []))
+        ]
+        rows += [
+            (f"adaptive_coverage_{name}_{dd}", f"95 % interval covers the true ratio at {dd // 1024}K", xs)
+            for dd, xs in at.items()
+        ]
+        for key, what, xs in rows:
             out.append(
-                Figure(
-                    f"adaptive_coverage_{name}_{dd}",
-                    f"95 % interval covers the true ratio at {dd // 1024}K",
-                    d,
-                    rate(xs),
-                    len(xs),
-                    f">= 93 % (-{100 * slack:.1f} MC)",
-                    rate(xs) >= 0.93 - slack,
-                )
+                Figure(key, what, d, rate(xs), len(xs), f">= 93 % (-{100 * slack:.1f} MC)", rate(xs) >= 0.93 - slack)
             )
-        out.append(
-            Figure(f"adaptive_met_{name}", "every interval within the target after the second stage", d, rate(met), n)
-        )
-        out.append(
-            Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra)))
-        )
-        out.append(
+        out += [
+            Figure(f"adaptive_met_{name}", "every interval within the target after the second stage", d, rate(met), n),
+            Figure(f"adaptive_extra_{name}", "mean extra passes chosen (count, not a rate)", d, float(np.mean(extra))),
             Figure(
                 f"adaptive_minutes_{name}",
                 "mean GPU-minutes of the second stage (count, not a rate)",
                 d,
                 float(np.mean(minutes)),
-            )
-        )
+            ),
+        ]
     return out
 
 
