@@ -15,7 +15,7 @@ from e2e.run.batch import STEP_SLACK, cached_tokens, kv_cache, round_problem, se
 from e2e.rundir.store import read_jsonl
 from e2e.serve.launch import server_spec
 from e2e.stats import stall
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from tests.support import ROOT
 from tests.support.hardening import new_run, standin  # noqa: F401 (a fixture)
 

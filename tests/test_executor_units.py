@@ -23,7 +23,7 @@ from e2e.run.executors.slots import make_slots
 from e2e.run.executors.versions import arm_versions, check_one_version, earlier
 from e2e.rundir.store import CELLS, REQUESTS
 from e2e.serve.launch import compile_cache_env
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from tests.support import ROOT
 
 

@@ -18,7 +18,7 @@ from e2e.errors import UserError
 from e2e.report import compare, history
 from e2e.stats import changepoints as cp
 from e2e.stats import planning, verdicts
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from e2e.stats.run_to_run import RunSd, widen
 from e2e.validation import conformance_runs as cr
 from tests.support import ROOT

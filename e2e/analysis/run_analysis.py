@@ -27,7 +27,7 @@ from e2e.rundir.store import counted_requests
 from e2e.stats import bookends, estimate, planning, verdicts
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 Key = tuple[str, Point, int]  # (arm, point, pass)
 

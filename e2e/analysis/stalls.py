@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 from e2e.stats import stall
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 
 def refuse_stalled(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from e2e.errors import UserError
 from e2e.plugin.contract import patch_form_problem
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 # An arm name, a run id: a plain name, never a path (used as folder and file names).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -164,7 +164,7 @@ class WorkloadCfg(_Frozen):
     # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
     bookend_rounds: StrictInt = Field(default=5, ge=0)
     # Requests that decode together in a round (the batch), one or more values: the run measures
-    # every depth at every c, and each (depth, c) is a design point (e2e/stats/point.py) with its own
+    # every depth at every c, and each (depth, c) is a design point (e2e/design/point.py) with its own
     # verdicts. [1]: today's design, one request at a time over fresh prompts with prefix caching off.
     # Any c above 1: the primed route at every point (e2e/run/batch.py): the servers run with prefix
     # caching on, a cell's c prompts are prefilled once and reused, so every timed decode step runs

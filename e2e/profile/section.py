@@ -13,7 +13,7 @@ from typing import Any
 
 from e2e.profile import steps
 from e2e.rundir.store import profiles_of
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 
 def by_arm_point(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, Point], dict[str, Any]]:

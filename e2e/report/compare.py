@@ -39,7 +39,7 @@ from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
 from e2e.stats import one_arm, outcomes, run_to_run, verdicts
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 MEANING = {

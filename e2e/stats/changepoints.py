@@ -51,7 +51,7 @@ from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, CellStats, Noise
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from e2e.stats.run_to_run import widen
 from e2e.stats.verdicts import (
     EQUIVALENT,

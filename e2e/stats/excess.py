@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 ONE, PROPORTIONAL, PER_POINT = "one for every point", "proportional to the point's noise", "one per point"
 MIN_SERVERS = 3  # cells per arm and point from which each point's excess is its own
