@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from e2e.design.config import Alpha, MinEffectPct, first_error
+from e2e.design.defaults import ALPHA, ESTIMATOR, MIN_EFFECT_PCT
 from e2e.errors import UserError
 
 
@@ -61,8 +62,8 @@ class _ArmCfg(_Open):
 
 
 class _StatsCfg(_Open):
-    alpha: Alpha = 0.05
-    min_effect_pct: MinEffectPct = 2.0
+    alpha: Alpha = ALPHA
+    min_effect_pct: MinEffectPct = MIN_EFFECT_PCT
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
 
 
