@@ -12,8 +12,7 @@ from pydantic import BaseModel
 from e2e.design.config import WorkloadCfg
 from e2e.run import metrics
 from e2e.run.measure import run_rounds
-from e2e.rundir import formats
-from e2e.rundir import rows
+from e2e.rundir import formats, rows
 
 
 def _fields(model: type[BaseModel]) -> tuple[set[str], set[str]]:

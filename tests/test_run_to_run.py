@@ -14,11 +14,11 @@ import pytest
 from e2e.analysis import prior as prior_mod
 from e2e.analysis import run_prior
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import compare, history
 from e2e.stats import changepoints as cp
 from e2e.stats import planning, verdicts
-from e2e.design.point import Point
 from e2e.stats.run_to_run import RunSd, widen
 from e2e.validation import conformance_runs as cr
 from tests.support import ROOT

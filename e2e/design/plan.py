@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from e2e.design.schema import Config, order_arms
 from e2e.design.point import Point
+from e2e.design.schema import Config, order_arms
 
 
 @dataclass(frozen=True)

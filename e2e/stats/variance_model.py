@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from e2e.design.point import Point
 from e2e.stats import excess as ex
 from e2e.stats.cells import CellStats, median_variance_factor
-from e2e.design.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"
