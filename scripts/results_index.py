@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.stats.point import Point  # how a table names a design point (the depth, and c above batch 1)
+from e2e.design.point import Point  # how a table names a design point (the depth, and c above batch 1)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "results" / "README.md"

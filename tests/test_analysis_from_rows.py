@@ -8,9 +8,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from e2e.analysis import run_folder
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.analysis.run_folder import RunRecord
+from e2e.design.defaults import ALPHA
+from e2e.errors import UserError
 from e2e.report import report_md
 from e2e.report import summary as sm
 from tests.support.synthetic import make_run
@@ -78,3 +82,21 @@ def test_an_executor_that_records_no_slots_gets_none_whatever_its_name(tmp_path)
     assert s["slots"] is None and s["executor"]["n_slots"] == 0
     md = report_md.markdown_report(s)
     assert "## Slots" not in md and "ray: one cell at a time on this host" in md
+
+
+def test_the_recorded_config_is_read_once_typed_on_the_record(tmp_path):
+    """RunRecord.config is the manifest's config, typed, and what the analysis decides with: a record
+    whose manifest is replaced carries the new one's config, and a field of the wrong type is one line."""
+    record = run_folder.load(make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.2}))
+    assert record.config.server.tensor_parallel_size == 2 and record.config.arms[1].name == "widened"
+    cfg = record.manifest["config"]
+    stricter = dataclasses.replace(
+        record, manifest={**record.manifest, "config": {**cfg, "stats": {"min_effect_pct": 5.0}}}
+    )
+    assert (stricter.config.stats.min_effect_pct, stricter.config.stats.alpha) == (5.0, ALPHA)
+    a = RunAnalysis(stricter)
+    assert (a.min_effect_pct, a.alpha, a.tp, a.arms) == (5.0, ALPHA, 2, ["stock", "widened"])
+    assert {c["min_effect_pct"] for c in a.comparisons} == {5.0}
+    bad = {**record.manifest, "config": {**cfg, "stats": {"alpha": "0.05"}}}
+    with pytest.raises(UserError, match=r"in-memory-run/manifest.json: config.stats.alpha: "):
+        dataclasses.replace(record, root=NOWHERE, manifest=bad)

@@ -16,6 +16,7 @@ from e2e.analysis.slots import slot_effect
 from e2e.cli import main
 from e2e.design.config import parse_config
 from e2e.design.plan import Cell, assign_slots, make_plan
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.run.executors import ExecutorOptions, create
 from e2e.run.executors.node_side import NodeProgress, NodeStore, scratch_root, shift_errors, task_files
@@ -23,7 +24,6 @@ from e2e.run.executors.slots import make_slots
 from e2e.run.executors.versions import arm_versions, check_one_version, earlier
 from e2e.rundir.store import CELLS, REQUESTS
 from e2e.serve.launch import compile_cache_env
-from e2e.stats.point import Point
 from tests.support import ROOT
 
 

@@ -10,9 +10,9 @@ import shutil
 
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.cli import main
+from e2e.design.point import Point
 from e2e.report import compare, history
 from e2e.stats import verdicts
-from e2e.stats.point import Point
 from tests.support import ROOT
 from tests.support.synthetic import make_run
 

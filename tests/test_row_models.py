@@ -1,4 +1,4 @@
-"""The rows' two descriptions stay one: each TypedDict that rows cross stages as (e2e/stats/rows.py,
+"""The rows' two descriptions stay one: each TypedDict that rows cross stages as (e2e/rundir/rows.py,
 e2e/rundir/formats.py) names exactly the fields of the pydantic model that checks the row, plus the fields
 a row carries unchecked, with the same required ones; and what a cell's rounds emit is a MeasuredRow."""
 
@@ -12,8 +12,7 @@ from pydantic import BaseModel
 from e2e.design.config import WorkloadCfg
 from e2e.run import metrics
 from e2e.run.measure import run_rounds
-from e2e.rundir import formats
-from e2e.stats import rows
+from e2e.rundir import formats, rows
 
 
 def _fields(model: type[BaseModel]) -> tuple[set[str], set[str]]:

@@ -14,11 +14,11 @@ import pytest
 from e2e.analysis import prior as prior_mod
 from e2e.analysis import run_prior
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import compare, history
 from e2e.stats import changepoints as cp
 from e2e.stats import planning, verdicts
-from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, widen
 from e2e.validation import conformance_runs as cr
 from tests.support import ROOT
@@ -204,14 +204,19 @@ def test_the_config_states_a_run_sd_and_a_flag_overrides_it():
     from types import SimpleNamespace
 
     from e2e.design.config import parse_config
+    from e2e.rundir.manifest_model import recorded_config
 
     base = {"model": {"path": "m"}, "workload": {"depths": [1024]}, "arms": [{"name": "stock"}]}
     assert parse_config({**base, "stats": {"run_sd_pct": 0.4}}).stats.run_sd_pct == 0.4
     with pytest.raises(Exception, match="run_sd_pct"):
         parse_config({**base, "stats": {"run_sd_pct": -1}})
-    run = SimpleNamespace(manifest={"config": {"stats": {"run_sd_pct": 0.4}}})
+
+    def analysed(manifest):  # what run_sd_of reads of a RunAnalysis: the manifest and its config, typed
+        return SimpleNamespace(manifest=manifest, config=recorded_config(manifest, "manifest.json"))
+
+    run = analysed({"config": {"stats": {"run_sd_pct": 0.4}}})
     args = _parse(compare.add_compare_args, "a", "b")
     assert compare.run_sd_of(args, run).sd(Point(8192), False) == pytest.approx(0.004)
     args = _parse(compare.add_compare_args, "a", "b", "--run-sd", "0.1")
     assert compare.run_sd_of(args, run).sd(Point(8192), False) == pytest.approx(0.001)
-    assert compare.run_sd_of(args, SimpleNamespace(manifest={})).source == "--run-sd 0.1"
+    assert compare.run_sd_of(args, analysed({})).source == "--run-sd 0.1"

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from e2e.design.point import Point
 from e2e.stats import cells as stats
 from e2e.stats import reml
 from e2e.stats import variance_model as vm
-from e2e.stats.point import Point
 from tests.support import ROOT
 from tests.support.synthetic import L, S, cs, per_arm_pass, quiet
 

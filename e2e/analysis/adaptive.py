@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.stats import planning
-from e2e.stats.point import Point
 
 STOP_PILOT, STOP_ONE_ARM, STOP_NO_MODEL = (
     "target reached by the pilot: the second stage runs its minimum",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from e2e.design.point import Point
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts
-from e2e.stats.point import Point
 
 CellsOf = Callable[[str, Point], list[stats.CellStats]]  # (arm, point) -> its finished cells, one per server
 

@@ -8,9 +8,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.stats import bookends, estimate, prefill_guard
 from e2e.stats import cells as stats
-from e2e.stats.point import Point
 
 ArmPoint = tuple[str, Point]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.stats import estimate, one_arm
-from e2e.stats.point import Point
 
 
 def _ms(rows: Iterable[dict[str, Any]], field: str) -> dict[str, float | None]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.rundir.manifest_model import recorded_config
+
 
 def vllm_version(manifest: dict[str, Any]) -> str | None:
     """The vLLM version(s) the arms ran, 'a / b' when arms differ."""
@@ -31,9 +33,6 @@ def gpu_name(manifest: dict[str, Any]) -> str | None:
 
 
 def graph_mode(cfg: dict[str, Any]) -> str:
-    s = cfg.get("server") or {}
-    if not s.get("cuda_graphs", True):
-        return "eager (--enforce-eager: no compile, no CUDA graphs)"
-    if s.get("compilation_config"):
-        return f"-cc {s['compilation_config']}"
-    return "vLLM default (torch.compile + CUDA graphs FULL_AND_PIECEWISE)"
+    """The graph mode of a recorded config given as the manifest's plain `config` (a run folder read
+    as a RunRecord has it typed: record.config.server.graph_mode)."""
+    return recorded_config({"config": cfg}, "manifest.json").server.graph_mode

@@ -25,11 +25,11 @@ import numpy as np
 from scipy import stats as st
 
 from e2e.analysis.manifest_facts import gpu_name
+from e2e.design.point import Point
 from e2e.gpu.gpu_driver import gpu_driver
 from e2e.rundir.manifest import installation
 from e2e.stats import planning, verdicts
 from e2e.stats import variance_model as vm
-from e2e.stats.point import Point
 
 SPREAD = 0.80  # the MDE interval's coverage
 

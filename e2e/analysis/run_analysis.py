@@ -20,6 +20,7 @@ from e2e.analysis import comparisons, load, routing_table, run_folder, slots, st
 from e2e.analysis.estimator import bookends_under, choose_estimator
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.analysis.run_folder import RunRecord
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.gpu import bandwidth, roofline
 from e2e.rundir import gpu_rows, patch_evidence
@@ -27,7 +28,6 @@ from e2e.rundir.store import counted_requests
 from e2e.stats import bookends, estimate, planning, verdicts
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
-from e2e.stats.point import Point
 
 Key = tuple[str, Point, int]  # (arm, point, pass)
 
@@ -43,6 +43,7 @@ class RunAnalysis:
         points on the plain client estimate whatever the rule says (compare, where the other run is)."""
         record = run if isinstance(run, RunRecord) else run_folder.load(run)
         self.root, self.manifest, self.plan = record.root, record.manifest, record.plan
+        self.config = record.config  # the config as run, typed (run_folder.RunRecord.config)
         self.status = record.status  # harness-died when nobody holds the folder
         self._settings(estimator)
         self.warnings: list[str] = list(record.warnings)
@@ -97,24 +98,21 @@ class RunAnalysis:
 
     def _settings(self, estimator: str | None) -> None:
         """The config's workload lengths and decision settings (the manifest keeps the config as run)."""
-        cfg = self.manifest.get("config") or {}
-        try:
-            wl = cfg["workload"]
-            self.n_long, self.n_short = int(wl["long_tokens"]), int(wl["short_tokens"])
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"{self.root}/manifest.json: no config.workload.long_tokens/short_tokens") from None
-        st = cfg.get("stats") or {}
-        self.alpha = float(st.get("alpha", 0.05))
-        self.min_effect_pct = float(st.get("min_effect_pct", 2.0))
-        self.estimator_setting: str = estimator or st.get("estimator", "auto")
-        self.target_mde_pct = float(st.get("target_mde_pct") or 2 * self.min_effect_pct)
-        self.shared_servers = (cfg.get("server") or {}).get("mode") == "per-arm-pass"
-        self.bandwidth_override = st.get("gpu_bandwidth_gbps")
-        self.tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
+        wl, st = self.config.workload, self.config.stats
+        if wl.long_tokens is None or wl.short_tokens is None:
+            raise UserError(f"{self.root}/manifest.json: no config.workload.long_tokens/short_tokens")
+        self.n_long, self.n_short = wl.long_tokens, wl.short_tokens
+        self.alpha = float(st.alpha)
+        self.min_effect_pct = float(st.min_effect_pct)
+        self.estimator_setting: str = estimator or st.estimator
+        self.target_mde_pct = float(st.target_mde_pct or 2 * self.min_effect_pct)
+        self.shared_servers = self.config.server.mode == "per-arm-pass"
+        self.bandwidth_override = st.gpu_bandwidth_gbps
+        self.tp = self.config.server.tensor_parallel_size
 
     def _design(self) -> None:
         """Arms (the config's order, reference first), points and passes: planned or run."""
-        arm_order = [a["name"] for a in (self.manifest.get("config") or {}).get("arms", [])]
+        arm_order = [a.name for a in self.config.arms]
         rows = list(self.plan) + list(self.cell_rows.values())
         seen_arms = {c["arm"] for c in rows}
         self.arms: list[str] = [a for a in arm_order if a in seen_arms] + sorted(seen_arms - set(arm_order))

@@ -2,18 +2,20 @@
 
 RunAnalysis (e2e/analysis/run_analysis.py) computes from a RunRecord alone, so it can be built from
 rows in memory as well as from a folder. Reading is all here: the manifest, plan, cells.jsonl and
-requests.jsonl as e2e/rundir/store.py reads them, the folder's status as a reader should state it,
-the model's config.json for the HBM floor, and a warning for a file whose last line is torn.
+requests.jsonl as e2e/rundir/store.py reads them, the config the run recorded (typed, read once:
+RunRecord.config), the folder's status as a reader should state it, the model's config.json for the
+HBM floor, and a warning for a file whose last line is torn.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from e2e.gpu import roofline
 from e2e.rundir.formats import CellRowDict, RequestRowDict
+from e2e.rundir.manifest_model import RecordedConfig, recorded_config
 from e2e.rundir.store import CELLS, MODEL_CONFIG, REQUESTS, RunStore, effective_status
 
 
@@ -30,6 +32,15 @@ class RunRecord:
     model_config: dict[str, Any] | None = None  # the model's config.json (the HBM floor's geometry)
     model_config_missing: str = "no model config.json read"  # why model_config is None
     warnings: tuple[str, ...] = ()  # what reading found (a torn last line)
+    # The manifest's `config`, typed: what every reader of the run takes from it (the analysis, the
+    # report, compare). `recorded`: it as load() read it; absent (a record built in memory, or replaced),
+    # read from `manifest` here, so the two never disagree.
+    config: RecordedConfig = field(init=False)
+    recorded: InitVar[RecordedConfig | None] = None
+
+    def __post_init__(self, recorded: RecordedConfig | None) -> None:
+        config = recorded if recorded is not None else recorded_config(self.manifest, f"{self.root}/manifest.json")
+        object.__setattr__(self, "config", config)
 
 
 def load(run_dir: Path | str) -> RunRecord:
@@ -37,7 +48,8 @@ def load(run_dir: Path | str) -> RunRecord:
     root = Path(run_dir)
     store = RunStore.open_existing(root)
     manifest = store.manifest()
-    config, missing = _model_config(root, manifest)
+    config = recorded_config(manifest, f"{root}/manifest.json")
+    model_config, missing = _model_config(root, manifest, config)
     return RunRecord(
         root=root,
         manifest=manifest,
@@ -46,21 +58,20 @@ def load(run_dir: Path | str) -> RunRecord:
         requests=store.requests(),
         # as a reader should state it (harness-died: `running` with nobody holding the folder)
         status=effective_status(root, manifest.get("status")),
-        model_config=config,
+        model_config=model_config,
         model_config_missing=missing,
         warnings=tuple(w for f in (CELLS, REQUESTS) if (w := _torn_tail(root / f))),
+        recorded=config,
     )
 
 
-def _model_config(root: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def _model_config(root: Path, manifest: dict[str, Any], config: RecordedConfig) -> tuple[dict[str, Any] | None, str]:
     """The model's config.json as the run folder keeps it (store.MODEL_CONFIG, saved as the run
     started), or None and why not. Never the model's own folder: a report reads nothing outside its
     run folder, so it renders the same on every machine (a clone without assets/ included)."""
     saved = (root / MODEL_CONFIG).parent
     if not saved.is_dir():
-        model = (manifest.get("model") or {}).get("path") or ((manifest.get("config") or {}).get("model") or {}).get(
-            "path"
-        )
+        model = (manifest.get("model") or {}).get("path") or config.model.path
         return None, (
             f"the run folder keeps no {MODEL_CONFIG} (a latency run copies it from the model folder "
             f"{model!r} as it starts, when that is local), and no geometry is read from outside the run folder"

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
+from e2e.design.point import Point
 from e2e.errors import UserError
-from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd
 
 ANCHOR, REFERENCE, AA_ARM = "h200-reference-tp1", "stock", "widened"

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
+from e2e.design.point import Point
 from e2e.stats import cells as stats
-from e2e.stats.point import Point
 
 
 def concurrency(manifest: dict[str, Any], cell_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from typing import Any
 from e2e.analysis.prior import variance_cells
 from e2e.design.config import Config
 from e2e.design.plan import Cell
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.stats import planning
-from e2e.stats.point import Point
 
 DEFAULT_START_S, DEFAULT_WARMUP_S, DEFAULT_ROUND_S = 120.0, 0.0, 1.0  # adaptive.pilot_costs' own fallbacks
 

@@ -14,9 +14,9 @@ from rich.text import Text
 
 from e2e.design.config import Config, batch_warnings
 from e2e.design.plan import Cell, plan_table_rows
+from e2e.design.point import Point
 from e2e.report.progress import make_console
 from e2e.run.preflight import Preflight
-from e2e.stats.point import Point
 
 
 def print_plan(cfg: Config, cells: list[Cell], as_json: bool, found: Preflight) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from e2e.design.schema import DEFAULT_PASSES as DEFAULT_PASSES
+from e2e.design.defaults import DEFAULT_PASSES as DEFAULT_PASSES
 from e2e.design.schema import Alpha as Alpha
 from e2e.design.schema import ArmCfg as ArmCfg
 from e2e.design.schema import Config as Config

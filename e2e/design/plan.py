@@ -1,6 +1,6 @@
 """Cells in counterbalanced order. Pure functions: no I/O, no server, no clock.
 
-A pass walks the design points (e2e/stats/point.py: every depth at every concurrency, by c then
+A pass walks the design points (e2e/design/point.py: every depth at every concurrency, by c then
 depth) and, at each point, runs every arm in the pass's arm order. Pass 1 uses the order named by `run.order`; each later pass reverses the previous one (ABBA),
 so drift over a run cannot land on the same arm twice.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.design.schema import Config, order_arms
-from e2e.stats.point import Point
 
 
 @dataclass(frozen=True)

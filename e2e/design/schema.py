@@ -1,5 +1,5 @@
 """The config's schema: frozen pydantic models of every section, their bounds, and the checks that
-cross sections (arm names, run order, harness-owned flags, the model's context).
+cross sections (arm names, run order, harness-owned flags (e2e/design/harness_flags.py), the model's context).
 
 A config names a model, how to serve it, the workload (depths, token counts, rounds) and the arms.
 An arm is a named set of environment variables, extra `vllm serve` arguments, plugin patches, and
@@ -15,30 +15,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from e2e.design.defaults import ALPHA, DEFAULT_PASSES, ESTIMATOR, MIN_EFFECT_PCT
+from e2e.design.harness_flags import harness_flag
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.plugin.contract import patch_form_problem
-from e2e.stats.point import Point
 
 # An arm name, a run id: a plain name, never a path (used as folder and file names).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 ARM_NAME = PLAIN_NAME
-
-# What the harness itself passes to every server (server.py ServerSpec.argv). A config arg setting
-# one of these would win (vLLM's parser takes the last value): --host 0.0.0.0 exposes the server,
-# --enable-prefix-caching breaks the measurement. Refused unless server.allow_harness_flag_overrides.
-HARNESS_FLAGS = (
-    "--host",
-    "--port",
-    "--api-key",
-    "--served-model-name",
-    "--enable-prefix-caching",
-    "--no-enable-prefix-caching",
-    "--generation-config",
-    "--model",
-    "--tensor-parallel-size",
-)
-HARNESS_SHORT_FLAGS = {"-tp": "--tensor-parallel-size"}
-
 
 # Bounds that keep a value from passing validation and failing once a run folder exists.
 # Token counts: prompts are built in memory, and no served model has a context near 2**24 tokens.
@@ -91,17 +76,6 @@ def text_problem(data: Any, path: str = "") -> str | None:
 
 def is_plain_name(s: str) -> bool:
     return bool(PLAIN_NAME.fullmatch(s)) and ".." not in s
-
-
-def harness_flag(arg: str) -> str | None:
-    """The harness-owned flag that `arg` sets, if any: --flag and --flag=value, underscores as
-    dashes (vLLM accepts --api_key), and argparse's abbreviations (--hos)."""
-    if arg.startswith("--") and len(arg) > 2:
-        name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
-        if name in HARNESS_FLAGS:
-            return name
-        return next((f for f in HARNESS_FLAGS if f.startswith(name)), None)
-    return next((long for f, long in HARNESS_SHORT_FLAGS.items() if arg.startswith(f)), None)
 
 
 class _Frozen(BaseModel):
@@ -164,7 +138,7 @@ class WorkloadCfg(_Frozen):
     # Run only where the test can reject (opening rounds x these reach p < stats.bookend_alpha).
     bookend_rounds: StrictInt = Field(default=5, ge=0)
     # Requests that decode together in a round (the batch), one or more values: the run measures
-    # every depth at every c, and each (depth, c) is a design point (e2e/stats/point.py) with its own
+    # every depth at every c, and each (depth, c) is a design point (e2e/design/point.py) with its own
     # verdicts. [1]: today's design, one request at a time over fresh prompts with prefix caching off.
     # Any c above 1: the primed route at every point (e2e/run/batch.py): the servers run with prefix
     # caching on, a cell's c prompts are prefilled once and reused, so every timed decode step runs
@@ -219,9 +193,6 @@ class WorkloadCfg(_Frozen):
         if self.long_tokens <= self.short_tokens:
             raise ValueError(f"long_tokens ({self.long_tokens}) must exceed short_tokens ({self.short_tokens})")
         return self
-
-
-DEFAULT_PASSES = 4  # servers per arm when nothing says otherwise: df 6 for the pooled comparison
 
 
 class RunCfg(_Frozen):
@@ -286,12 +257,12 @@ class Gsm8kCfg(_Frozen):
 
 
 class StatsCfg(_Frozen):
-    min_effect_pct: MinEffectPct = 2.0
-    alpha: Alpha = 0.05
+    min_effect_pct: MinEffectPct = MIN_EFFECT_PCT
+    alpha: Alpha = ALPHA
     # Which per-request time is differenced (e2e/stats/estimate.py): "auto" = the client's wall time minus
     # the server's own prefill time where every row has it and the check against the plain client
     # estimate passes, else the plain client estimate (with a warning); "client" = always the plain one.
-    estimator: Literal["auto", "client"] = "auto"
+    estimator: Literal["auto", "client"] = ESTIMATOR
     # The MDE the planning figures aim at ("servers per arm for an MDE <= X %"); None: 2 x min_effect.
     target_mde_pct: float | None = Field(default=None, gt=0, le=100)
     # The run-to-run sd (%) compare (run A's) and history assume where one run stands for a release;
@@ -379,13 +350,16 @@ class Config(_Frozen):
         return max(n, 2) if self.run.target_ci_pct is not None else n
 
 
+def _server_args(cfg: Config) -> list[tuple[str, tuple[str, ...]]]:
+    """(where, args) of every argument list the config passes to a server: the shared, then each arm's."""
+    return [("server.extra_args", cfg.server.extra_args)] + [(f"arms.{a.name}.args", a.args) for a in cfg.arms]
+
+
 def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:
     """(where, the arg's flag part, the harness flag it sets) for every config arg that overrides
     a harness-owned flag. The flag part only: a value after '=' may be a secret."""
     out = []
-    for where, args in [("server.extra_args", cfg.server.extra_args)] + [
-        (f"arms.{a.name}.args", a.args) for a in cfg.arms
-    ]:
+    for where, args in _server_args(cfg):
         for arg in args:
             flag = harness_flag(arg)
             if flag:
@@ -396,9 +370,7 @@ def harness_flag_overrides(cfg: Config) -> list[tuple[str, str, str]]:
 def max_num_seqs_args(cfg: Config) -> list[tuple[str, int]]:
     """(where, value) of every --max-num-seqs the config passes to a server."""
     out = []
-    for where, args in [("server.extra_args", cfg.server.extra_args)] + [
-        (f"arms.{a.name}.args", a.args) for a in cfg.arms
-    ]:
+    for where, args in _server_args(cfg):
         for i, arg in enumerate(args):
             flag, _, value = arg.partition("=")
             if flag == "--max-num-seqs":

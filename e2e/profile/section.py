@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.profile import steps
+from e2e.rundir.manifest_model import RecordedConfig
 from e2e.rundir.store import profiles_of
-from e2e.stats.point import Point
 
 
 def by_arm_point(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, Point], dict[str, Any]]:
@@ -40,24 +41,23 @@ def by_arm_point(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, Point], d
     return out
 
 
-def off_reason(config: Mapping[str, Any], arm: str) -> str | None:
+def off_reason(config: RecordedConfig, arm: str) -> str | None:
     """Why an arm was not profiled by its config, or None."""
-    if not (config.get("profile") or {}).get("enabled", True):
+    if config.profile is not None and not config.profile.enabled:
         return "profiling off (profile.enabled = false / --no-profile)"
-    for a in config.get("arms") or []:
-        if a.get("name") == arm and a.get("profile") is False:
+    for a in config.arms:
+        if a.name == arm and a.profile is False:
             return f"arms.{arm}.profile = false"
     return None
 
 
 def summarise(
-    root: Path, manifest: Mapping[str, Any], arms: list[str], points: list[Point], comparisons: list[Mapping[str, Any]]
+    root: Path, config: RecordedConfig, arms: list[str], points: list[Point], comparisons: list[Mapping[str, Any]]
 ) -> dict[str, Any] | None:
     """summary.json's `profile`; None for a run folder whose harness took no profiles (no profile
     section in its config, no profiles.jsonl): its report says so in one line, from the absence."""
-    config = manifest.get("config") or {}
     rows = profiles_of(root)
-    if "profile" not in config and not rows:
+    if config.profile is None and not rows:
         return None
     profiles = by_arm_point(rows)
     measured = {(c["arm"], Point.of(c)): c.get("diff_ms") for c in comparisons if c.get("scope") == "pooled"}

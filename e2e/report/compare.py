@@ -29,8 +29,9 @@ from rich.markup import escape
 
 from e2e import exits
 from e2e.analysis import run_prior
-from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
+from e2e.analysis.manifest_facts import gpu_name, vllm_version
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import summary as sm
 from e2e.report.progress import make_console, say
@@ -39,7 +40,6 @@ from e2e.rundir import identity
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED, write_json_atomic
 from e2e.stats import one_arm, outcomes, run_to_run, verdicts
-from e2e.stats.point import Point
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 MEANING = {
@@ -70,7 +70,7 @@ CHECKED_METADATA: dict[str, Callable[[RunAnalysis], Any]] = {
     "gpu": lambda a: gpu_name(a.manifest),
     "dtype": lambda a: _flag(a, "--dtype", "auto"),
     "kv_cache_dtype": lambda a: _flag(a, "--kv-cache-dtype", "auto"),
-    "graph_mode": lambda a: graph_mode(a.manifest.get("config") or {}),
+    "graph_mode": lambda a: a.config.server.graph_mode,
     "server_mode": lambda a: a.manifest.get("server_mode"),
     "depths": lambda a: sorted({p.depth for p in a.points}),
     # requests decoding together per round (1 before batch sizes above 1)
@@ -212,7 +212,7 @@ def add_run_sd_args(p: argparse.ArgumentParser) -> None:
 def run_sd_of(args: argparse.Namespace, r: RunAnalysis) -> run_to_run.RunSd:
     """The flags', else run r's config stats.run_sd_pct, else the stated prior (named and widened
     where r ran on another GPU than the prior's)."""
-    pct = ((r.manifest.get("config") or {}).get("stats") or {}).get("run_sd_pct")
+    pct = r.config.stats.run_sd_pct
     return run_prior.run_sd(getattr(args, "run_sd", None), getattr(args, "run_prior", None), pct, gpu_name(r.manifest))
 
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.rundir.store import counted_requests, read_jsonl
 from e2e.stats import estimate, stall
 from e2e.stats.cells import cell_stats
-from e2e.stats.point import Point
 
 ROOT = Path(__file__).resolve().parents[2]
 # The pages that quote committed runs; every Markdown page under docs/ is read too.

@@ -22,9 +22,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.report import tables
 from e2e.stats import outcomes
-from e2e.stats.point import Point
 from e2e.stats.verdicts import BETWEEN, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION
 
 RATIO, DECODE = "ratio_vs_depth.png", "decode_vs_depth.png"

@@ -28,6 +28,7 @@ from typing import Any
 
 from e2e import exits
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import figures, report_md
 from e2e.report import summary as sm
@@ -35,7 +36,6 @@ from e2e.report.progress import make_console, say
 from e2e.rundir.store import write_json_atomic
 from e2e.safety.safe_io import output_folder, write_atomic
 from e2e.stats import outcomes, planning, verdicts
-from e2e.stats.point import Point
 
 GRID_MD, GRID_JSON = "grid.md", "grid.json"
 # What may differ between the runs of one grid, listed per run in grid.md (summary.json's run block).

@@ -26,6 +26,7 @@ from rich.markup import escape
 from e2e import exits
 from e2e.analysis.manifest_facts import vllm_version
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import figures, tables
 from e2e.report import summary as sm
@@ -37,7 +38,6 @@ from e2e.rundir.store import write_json_atomic
 from e2e.safety.safe_io import output_folder
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
-from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd
 
 # a run may add or drop a depth or a concurrency: a series is one arm at one point

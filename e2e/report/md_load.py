@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.report import summary as sm
 from e2e.report.tables import render_markdown
-from e2e.stats.point import Point
 
 
 def concurrencies(s: dict[str, Any]) -> list[int]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.report.tables import markdown
-from e2e.stats.point import Point
 
 
 def _pct(x: float | None) -> str:

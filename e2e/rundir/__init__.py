@@ -3,4 +3,14 @@
 The face: `__all__` names the modules other stages may import; the others are this stage's own
 (tests/test_layers.py holds every import from outside the package to it)."""
 
-__all__ = ["formats", "gpu_rows", "identity", "manifest", "manifest_model", "patch_evidence", "routing", "store"]
+__all__ = [
+    "formats",
+    "gpu_rows",
+    "identity",
+    "manifest",
+    "manifest_model",
+    "patch_evidence",
+    "routing",
+    "rows",
+    "store",
+]

@@ -11,10 +11,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from e2e.design.config import is_plain_name
 from e2e.errors import UserError
 from e2e.rundir import manifest_model
-from e2e.stats.rows import MeasuredRow as MeasuredRow  # re-exported: the rows' types, in one place
-from e2e.stats.rows import RequestRowDict as RequestRowDict
-from e2e.stats.rows import RoundRequestDict as RoundRequestDict
-from e2e.stats.rows import RowIdentity
+from e2e.rundir.rows import MeasuredRow as MeasuredRow  # re-exported: the rows' types, in one place
+from e2e.rundir.rows import RequestRowDict as RequestRowDict
+from e2e.rundir.rows import RoundRequestDict as RoundRequestDict
+from e2e.rundir.rows import RowIdentity
 
 
 def now() -> str:
@@ -277,13 +277,13 @@ ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestR
 
 # -- the rows as they cross stages -------------------------------------------------------------------
 # The same rows as TypedDicts: a row stays a plain dict (on disk and in memory) and the type checker holds
-# every stage that builds or reads one to its fields. The request row's are e2e/stats/rows.py's (the
+# every stage that builds or reads one to its fields. The request row's are e2e/rundir/rows.py's (the
 # statistics read it, and sit below this stage); tests/test_row_models.py holds each to its model above.
 class _CellStatus(RowIdentity):
     status: Literal["ok", "failed", "skipped"]
 
 
-class CellRowDict(_CellStatus, total=False):  # required fields by totality (e2e/stats/rows.py says why)
+class CellRowDict(_CellStatus, total=False):  # required fields by totality (e2e/rundir/rows.py says why)
     """One cells.jsonl row (CellRow checks it)."""
 
     index: int | None

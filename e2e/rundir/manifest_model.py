@@ -4,7 +4,8 @@ compare, gsm8k --run-dir and --resume (before anything is written), and history 
 never a traceback later. Lenient on keys it does not know (other writers' fields, older runs keep
 reading); strict on the types of the fields the readers use: "0.05" is not a number, "no" is not a
 boolean, and the decision rule's alpha and min effect keep the bounds a config has. An absent field
-takes the value the readers assume; the readers keep the plain dict.
+takes the value the readers assume. The recorded config is read here once, typed, for every reader
+of a run folder (recorded_config; e2e/analysis/run_folder.py's RunRecord.config).
 
 Also the manifest's content hash: build_manifest records config_sha256, the hash of the (redacted)
 config that decides the plan and every new cell; --resume refuses a manifest whose config no longer
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from e2e.design.config import Alpha, MinEffectPct, first_error
+from e2e.design.defaults import ALPHA, ESTIMATOR, MIN_EFFECT_PCT
 from e2e.errors import UserError
 
 
@@ -28,6 +31,7 @@ class _Open(BaseModel):
 
 
 # -- the recorded config (config_to_dict, redacted): what analysis, report and compare read ------
+# A field a report states as recorded keeps None where the run predates it (summary.json says so).
 class _ModelCfg(_Open):
     path: str | None = None
 
@@ -36,10 +40,20 @@ class _ServerCfg(_Open):
     tensor_parallel_size: StrictInt = Field(default=1, ge=1)
     cuda_graphs: bool = True
     compilation_config: str | None = None
-    compile_cache: str = "vllm-default (not recorded: the run predates the setting)"
+    compile_cache: str | None = None  # None: the run predates the setting (report.md says vllm-default)
     allow_harness_flag_overrides: bool = False
     env: dict[str, str] = {}
     extra_args: list[str] = []
+    mode: str | None = None
+
+    @property
+    def graph_mode(self) -> str:
+        """How the servers ran the model, as a report states it."""
+        if not self.cuda_graphs:
+            return "eager (--enforce-eager: no compile, no CUDA graphs)"
+        if self.compilation_config:
+            return f"-cc {self.compilation_config}"
+        return "vLLM default (torch.compile + CUDA graphs FULL_AND_PIECEWISE)"
 
 
 class _WorkloadCfg(_Open):
@@ -54,25 +68,39 @@ class _RunCfg(_Open):
     order: str | None = None
 
 
-class _ArmCfg(_Open):
+class RecordedArm(_Open):
     name: str
     env: dict[str, str] = {}
     args: list[str] = []
+    patches: list[str] = []
+    python: str | None = None
+    description: str = ""
+    profile: bool = True
 
 
 class _StatsCfg(_Open):
-    alpha: Alpha = 0.05
-    min_effect_pct: MinEffectPct = 2.0
+    alpha: Alpha = ALPHA
+    min_effect_pct: MinEffectPct = MIN_EFFECT_PCT
     gpu_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    estimator: str = ESTIMATOR
+    target_mde_pct: float | None = None  # None: 2 x min_effect_pct
+    run_sd_pct: float | None = None  # None: the stated prior (e2e/analysis/run_prior.py)
 
 
-class _Config(_Open):
+class _ProfileCfg(_Open):
+    enabled: bool = True
+
+
+class RecordedConfig(_Open):
+    """The config a run recorded (manifest.json's `config`), as every reader of a run folder takes it."""
+
     model: _ModelCfg = _ModelCfg()
     server: _ServerCfg = _ServerCfg()
     workload: _WorkloadCfg = _WorkloadCfg()
     run: _RunCfg = _RunCfg()
-    arms: list[_ArmCfg] = []
+    arms: list[RecordedArm] = []
     stats: _StatsCfg = _StatsCfg()
+    profile: _ProfileCfg | None = None  # None: the harness took no profiles (it predates them)
 
 
 # -- what the harness recorded beside it -----------------------------------------------------------
@@ -144,7 +172,7 @@ class Manifest(_Open):
     ended: str | None = None
     server_mode: str | None = None
     gsm8k_verdict: str | None = None
-    config: _Config = _Config()
+    config: RecordedConfig = RecordedConfig()
     config_sha256: str | None = None
     model: _Model = _Model()
     arms: dict[str, _Arm] = {}
@@ -164,6 +192,15 @@ def check(data: dict[str, Any], source: str) -> dict[str, Any]:
     except ValidationError as exc:
         raise UserError(f"{source}: {first_error(exc)}") from None
     return data
+
+
+def recorded_config(manifest: Mapping[str, Any], source: str) -> RecordedConfig:
+    """The config a manifest recorded, typed (an absent one: every field as the readers assume it)."""
+    data = manifest.get("config")
+    try:
+        return RecordedConfig.model_validate(data if isinstance(data, dict) else {})
+    except ValidationError as exc:
+        raise UserError(f"{source}: config.{first_error(exc)}") from None
 
 
 # -- the content hash --------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from e2e.design.point import Point
 from e2e.plugin.contract import BUILTIN_TARGETS, GATES, WRAPS_ATTR
-from e2e.stats.point import Point
 
 SCHEMA = 1
 SINCE_START, THIS_CELL = "since_server_start", "this_cell"

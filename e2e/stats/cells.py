@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from e2e.rundir.rows import Row
 from e2e.stats.estimate import CLIENT, differenced_ms, request_value
-from e2e.stats.rows import Row
 
 SCHEMA_VERSION = 1  # of every result file written from these statistics
 LEVEL = 0.95  # confidence level of every interval

@@ -47,11 +47,12 @@ from typing import Any
 
 import numpy as np
 
+from e2e.design.defaults import ALPHA, MIN_EFFECT_PCT
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, CellStats, Noise
-from e2e.stats.point import Point
 from e2e.stats.run_to_run import widen
 from e2e.stats.verdicts import (
     EQUIVALENT,
@@ -327,8 +328,8 @@ def _steps(ser: _Series, names: list[Any]) -> list[ChangePoint]:
 
 def find_change_points(
     runs: Sequence[Run],
-    alpha: float = 0.05,
-    min_effect_pct: float = 2.0,
+    alpha: float = ALPHA,
+    min_effect_pct: float = MIN_EFFECT_PCT,
     labels: Sequence[Any] | None = None,
     level: float = LEVEL,
     n_series: int = 1,
@@ -342,8 +343,8 @@ def find_change_points(
 
 def judge_series(
     runs: Sequence[Run],
-    alpha: float = 0.05,
-    min_effect_pct: float = 2.0,
+    alpha: float = ALPHA,
+    min_effect_pct: float = MIN_EFFECT_PCT,
     labels: Sequence[Any] | None = None,
     level: float = LEVEL,
     n_series: int = 1,

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from e2e.stats.point import Point
+from e2e.design.point import Point
 
 ONE, PROPORTIONAL, PER_POINT = "one for every point", "proportional to the point's noise", "one per point"
 BATCH = "one per concurrency above batch 1"  # and ONE or PROPORTIONAL over the batch-1 points

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from e2e.design.point import Point
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, CellStats
-from e2e.stats.point import Point
 from e2e.stats.verdicts import BETWEEN, WITHIN_ONE, t_quantile
 
 

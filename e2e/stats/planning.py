@@ -32,10 +32,10 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as st
 
+from e2e.design.point import Point
 from e2e.stats import excess as ex
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import median_variance_factor
-from e2e.stats.point import Point
 
 POWER = 0.80
 MAX_PLAN_SERVERS = 64  # servers_needed above this: None ("more than 64")

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from scipy import special
 
+from e2e.design.point import Point
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import CellStats
-from e2e.stats.point import Point
 from e2e.stats.verdicts import BETWEEN, Comparison, decide, decide_family, model_comparison, t_quantile
 
 

@@ -1,6 +1,6 @@
 """The between-server variance model: every server and point of a run in one fit. Pure, no I/O.
 
-A cell is one server at one point (depth, concurrency: e2e/stats/point.py); y = log(its estimate).
+A cell is one server at one point (depth, concurrency: e2e/design/point.py); y = log(its estimate).
 The model (docs, "Between arms"):
 
     y_i = mu[arm_i, point_i] + u[server_i] + e_i
@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from e2e.design.point import Point
 from e2e.stats import excess as ex
 from e2e.stats import reml
 from e2e.stats.cells import CellStats, median_variance_factor
-from e2e.stats.point import Point
 
 MAX_DF = 1000.0  # beyond this a t quantile is the normal's
 SERVER_CELL, CELL_ONLY = "server + cell", "cell"

@@ -29,11 +29,11 @@ from typing import Any, TypedDict
 import numpy as np
 from scipy import special
 
+from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats.cells import LEVEL, SEED, CellStats, percentile_ci
-from e2e.stats.point import Point
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
 INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient data"

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from e2e.design.point import Point
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-from e2e.stats.point import Point
 from e2e.validation.conformance_figures import Figure, covers_one, markdown, rate, tol
 from e2e.validation.conformance_figures import _experiments as experiments_arg
 from e2e.validation.simulation import DEPTHS, POINTS, REGIMES, SEED, Regime, Sim, family

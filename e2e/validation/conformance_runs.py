@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from e2e.analysis import run_prior
+from e2e.design.point import Point
 from e2e.stats import changepoints
 from e2e.stats import verdicts as v
 from e2e.stats.changepoints import Run
-from e2e.stats.point import Point
 from e2e.stats.run_to_run import RunSd, SimpleCell, two_runs
 from e2e.validation.conformance_figures import Figure, table_main, tol
 from e2e.validation.simulation import ALPHA, DEPTHS, REGIMES, SEED, Sim, scaled

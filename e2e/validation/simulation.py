@@ -26,11 +26,11 @@ import numpy as np
 from scipy.stats import binom
 
 from e2e.analysis import comparisons
+from e2e.design.point import Point
 from e2e.stats import cells as stats
 from e2e.stats import planning, signoff
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-from e2e.stats.point import Point
 
 LONG, SHORT, ROUNDS = 64, 8, 6
 DEPTHS = (1024, 8192, 32768)
