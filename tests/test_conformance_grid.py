@@ -10,9 +10,9 @@ import math
 
 import pytest
 
+from e2e.design.point import Point
 from e2e.stats import excess as ex
 from e2e.stats import variance_model as vm
-from e2e.stats.point import Point
 from e2e.validation import sim_grid
 from e2e.validation.conformance_figures import covers_one, rate, tol
 from tests.support import ROOT

@@ -8,7 +8,7 @@ from pathlib import Path
 from e2e.analysis import prior
 from e2e.design import plan as pl
 from e2e.design.config import load_config
-from e2e.stats.point import Point
+from e2e.design.point import Point
 from tests.support import ROOT
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from e2e.analysis import comparisons
+from e2e.design.point import Point
 from e2e.stats import cells as stats
 from e2e.stats import variance_model as vm
 from e2e.stats import verdicts as v
-from e2e.stats.point import Point
 from e2e.validation.simulation import ALPHA, LONG, SEED, SHORT, cell_rows, scaled
 
 ROUNDS = 5
