@@ -148,14 +148,30 @@ def _matches(quoted: str, values: list[float | None], fmt: str) -> bool:
     return any(v is not None and fmt.format(v) == quoted for v in values)
 
 
+def without_corrections(text: str) -> str:
+    """The text less its dated corrections, "(corrected 2026-12-06: was 1.2 (1.1 to 1.3))": a
+    correction quotes the figure it replaced on purpose (e2e/report/doc_figures.py writes them)."""
+    out, i = [], 0
+    while (j := text.find("(corrected ", i)) >= 0:
+        out.append(text[i:j])
+        depth, k = 0, j
+        for k in range(j, len(text)):  # to the parenthesis that closes it
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+        i = k + 1
+    return "".join(out) + text[i:]
+
+
 def stale_quotes(text: str, root: Path = ROOT) -> list[str]:
-    """Each number the prose quotes for a folder that is not that folder's summary's, in a line."""
+    """Each number the prose quotes for a folder that is not that folder's summary's, in a line
+    (a dated correction's old figure aside)."""
     out = []
     for line in _prose(text).splitlines():
         m = re.match(r"\| `([\w.-]+)/` \|", line)
         if not m:
             continue
-        folder, row = m.group(1), line[m.end() :]
+        folder, row = m.group(1), without_corrections(line[m.end() :])
         s = _load(root / "results" / folder / "summary.json")
         pooled = _pooled(s) if s else []
         ratios = [c.get("ratio") for c in pooled]

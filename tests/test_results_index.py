@@ -75,3 +75,16 @@ def test_the_release_config_plans_the_committed_release_design():
     for run in sorted((ROOT / "results").glob("cpu-vllm-*")):
         plan = json.loads((run / "plan.json").read_text())
         assert [c.cell_id for c in cells] == [c["cell_id"] for c in plan], run.name
+
+
+def test_a_dated_correction_may_quote_the_figure_it_replaced():
+    """doc_figures' `update` keeps the old figure after the new one, dated: that quote is not stale,
+    the same figure outside the correction is."""
+    idx = _index()
+    now = "| `h200-triton-tp1/` | TRITON_ATTN / stock at 1K: 0.977 (0.971 to 0.982) **faster** |\n"
+    fixed = now.replace("**faster**", "(corrected 2026-12-06: was 0.977 (0.973 to 0.981)) **faster**")
+    assert idx.stale_quotes(now) == []
+    assert idx.stale_quotes(fixed) == []
+    assert idx.stale_quotes(fixed.replace("(corrected 2026-12-06: was ", "(")) == [
+        "h200-triton-tp1: 0.977 (0.973 to 0.981) is no verdict of its summary.json"
+    ]
