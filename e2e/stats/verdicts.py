@@ -32,7 +32,8 @@ from scipy import special
 from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
-from e2e.stats.cells import LEVEL, SEED, CellStats, percentile_ci
+from e2e.stats.bootstrap import percentile_ci
+from e2e.stats.cells import LEVEL, SEED, CellStats
 from e2e.stats.point import Point
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
