@@ -66,7 +66,7 @@ def _model_config(root: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any] 
             f"{model!r} as it starts, when that is local), and no geometry is read from outside the run folder"
         )
     try:
-        return roofline.load_model_config(str(saved)), ""
+        return roofline.read_model_config(str(saved)), ""
     except roofline.Unavailable as exc:
         return None, str(exc)
 

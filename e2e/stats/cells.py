@@ -1,6 +1,6 @@
 """Per-cell statistics of decode ms per token. Pure: numbers in, numbers out, no I/O.
 
-What the answers mean (README.md, "Statistics", says it at length):
+What the answers mean (docs/statistics/index.md says it at length):
 
 * A cell is one server at one depth. Its estimate is e2e.stats.estimate's differenced medians,
   (median Y_long - median Y_short) / (long - short) in ms per token, Y under the run's estimator

@@ -1,6 +1,6 @@
 """Between-arm comparisons of decode ms per token, and the decisions drawn from them. Pure, no I/O.
 
-The model (README.md, "Between arms", says it at length):
+The model (docs/statistics/between-arms.md says it at length):
 
 * One cell = one server at one depth; servers are the replicates, never requests. Across server
   starts the same setup moved by 16 % (CPU) to 0.2 % (H200), so the server's variance is estimated
