@@ -45,7 +45,7 @@ def test_rows_in_memory_give_the_folders_summary(tmp_path):
 
 def _with_executor(run: Path, entry: dict, slot_of=None) -> RunRecord:
     """The run as read, its manifest naming `entry` as the one executor; slot_of(i): cell row i's slot."""
-    record = run_folder.load(run)
+    record = run_folder.read(run)
     cells = [
         {**c, **({"slot": slot_of(i)[0], "slot_host": slot_of(i)[1]} if slot_of else {})}
         for i, c in enumerate(record.cells)

@@ -32,7 +32,7 @@ class RunRecord:
     warnings: tuple[str, ...] = ()  # what reading found (a torn last line)
 
 
-def load(run_dir: Path | str) -> RunRecord:
+def read(run_dir: Path | str) -> RunRecord:
     """Read a run folder (e2e/rundir/store.py's layout); UserError when it is not one."""
     root = Path(run_dir)
     store = RunStore.open_existing(root)
