@@ -54,7 +54,7 @@ def _fa3_varlen() -> Callable[..., Any]:
 
 def gpu_kit() -> Kit:
     """The real machine: vLLM's own modules, CUDA events, the GPU torch sees."""
-    v = paths.load_vllm()
+    v = paths.import_vllm()
     device = torch.device("cuda", torch.cuda.current_device())
     return Kit(
         v=v,

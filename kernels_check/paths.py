@@ -47,7 +47,7 @@ class Vllm:
     dispatch_signature: str
 
 
-def load_vllm() -> Vllm:
+def import_vllm() -> Vllm:
     """Import the vLLM pieces the check drives; a clear error if this vLLM lacks them."""
     try:
         import importlib

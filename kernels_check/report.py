@@ -22,7 +22,7 @@ Row = dict[str, Any]  # a row of rows.jsonl, the manifest, or an entry of a summ
 SCHEMA_VERSION = VERSIONS["kernels"]
 
 
-def load_rows(run_dir: Path) -> tuple[Row, list[Row]]:
+def read_rows(run_dir: Path) -> tuple[Row, list[Row]]:
     run_dir = Path(run_dir)
     if not (run_dir / ROWS).is_file():
         raise UserError(f"{run_dir}: no {ROWS} (not a kernels_check run folder)")
@@ -332,7 +332,7 @@ def figures(manifest: Row, rows: list[Row], run_dir: Path) -> list[str]:
 def write_report(run_dir: Path) -> str:
     """Recompute summary.md, summary.json and the figures from the rows; returns the markdown."""
     run_dir = Path(run_dir)
-    manifest, rows = load_rows(run_dir)
+    manifest, rows = read_rows(run_dir)
     other = comparator(manifest, rows)
     md = markdown(manifest, rows)
     (run_dir / "summary.md").write_text(md)

@@ -49,7 +49,7 @@ def test_rows_in_memory_give_the_folders_summary(tmp_path):
 
 def _with_executor(run: Path, entry: dict, slot_of=None) -> RunRecord:
     """The run as read, its manifest naming `entry` as the one executor; slot_of(i): cell row i's slot."""
-    record = run_folder.load(run)
+    record = run_folder.read(run)
     cells = [
         {**c, **({"slot": slot_of(i)[0], "slot_host": slot_of(i)[1]} if slot_of else {})}
         for i, c in enumerate(record.cells)
@@ -87,7 +87,7 @@ def test_an_executor_that_records_no_slots_gets_none_whatever_its_name(tmp_path)
 def test_the_recorded_config_is_read_once_typed_on_the_record(tmp_path):
     """RunRecord.config is the manifest's config, typed, and what the analysis decides with: a record
     whose manifest is replaced carries the new one's config, and a field of the wrong type is one line."""
-    record = run_folder.load(make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.2}))
+    record = run_folder.read(make_run(tmp_path / "r", {"stock": 2.0, "widened": 2.2}))
     assert record.config.server.tensor_parallel_size == 2 and record.config.arms[1].name == "widened"
     cfg = record.manifest["config"]
     stricter = dataclasses.replace(

@@ -148,7 +148,7 @@ def test_a_round_counts_only_when_its_requests_decoded_together_from_the_cache()
 def test_a_history_of_grid_runs_draws_a_panel_per_point_not_per_depth(tmp_path, monkeypatch):
     """history.png: a series is one arm at one point, so c = 1 and c = 4 at one depth are two panels
     (keyed by depth alone they were drawn as one)."""
-    from e2e.report import figures, tables
+    from e2e.report import history_figure, tables
 
     panels = []
     real = tables.new_panels
@@ -172,7 +172,7 @@ def test_a_history_of_grid_runs_draws_a_panel_per_point_not_per_depth(tmp_path, 
         for i in (0, 1)
         for c in (1, 4)
     ]
-    assert figures.history_figure(rows, [], "version", tmp_path / "h.png") is not None
+    assert history_figure.draw(rows, [], "version", tmp_path / "h.png") is not None
     assert panels == [(1, 2)]
 
 

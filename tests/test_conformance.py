@@ -2,7 +2,7 @@
 e2e/validation/simulation.py): known truth in, verdicts out, through the functions a run uses. Fixed
 seeds: deterministic. Tolerances: a rate meant to be at most 5 % may reach 5 % + 3 Monte-Carlo
 standard errors (conformance.tol); coverage must be >= 93 % for a 95 % interval.
-`python -m e2e.validation.conformance` prints the same figures for the README."""
+`python -m e2e.validation.conformance` prints the same figures for docs/statistics/conformance.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from e2e.validation import conformance as cf
 from e2e.validation import conformance_figures
 from e2e.validation import simulation as sim_
 
-N = 100  # experiments per design (the README's table: 2000, `python -m e2e.validation.conformance`)
+N = 100  # experiments per design (docs/statistics/conformance.md's table: 2000, `python -m e2e.validation.conformance`)
 
 
 @pytest.fixture(scope="module")

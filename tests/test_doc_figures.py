@@ -1,6 +1,6 @@
 """Every figure the docs quote from a committed run is recomputed from that run's folder
-(e2e/report/doc_figures.py): a text that is not what its run gives fails here, as a row changed in a
-committed run but not in the docs would."""
+(e2e/report/doc_figures.py, the ids in doc_figure_registry.py): a text that is not what its run gives
+fails here, as a row changed in a committed run but not in the docs would."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
+from e2e.report import doc_figure_values as values
 from e2e.report import doc_figures as df
+from e2e.report.doc_figure_registry import figure
 from tests.support import ROOT
 
 RESULTS = ROOT / "results"
@@ -37,7 +39,7 @@ def test_the_five_pages_quote_through_the_registry():
     qs = df.quotes([ROOT / p for p in df.PAGES] + [ROOT / "docs/results/index.md", ROOT / "docs/concepts/load.md"])
     pages = {q.page.relative_to(ROOT).as_posix() for q in qs}
     assert {"README.md", "results/README.md", "docs/results/index.md", "docs/concepts/load.md"} <= pages
-    assert all(df.figure(q.id) is not None for q in qs)
+    assert all(figure(q.id) is not None for q in qs)
 
 
 def test_a_row_changed_in_a_committed_run_fails_the_check(tmp_path):
@@ -45,10 +47,10 @@ def test_a_row_changed_in_a_committed_run_fails_the_check(tmp_path):
     them are named, each with its page, what it reads and what its run now gives."""
     res = _results_with(tmp_path, "h200-load-tp1")
     rows = [json.loads(line) for line in (res / "h200-load-tp1" / "requests.jsonl").read_text().splitlines()]
-    r = df.RunFolder(res / "h200-load-tp1")
-    worst = max(df.stalled_rounds(r), key=lambda g: g[0])[0]
+    r = values.RunFolder(res / "h200-load-tp1")
+    worst = max(values.stalled_rounds(r), key=lambda g: g[0])[0]
     for row in rows:  # the round that held its answers longest, held 100 ms longer
-        gap = df.stall.unexplained_s(row)
+        gap = values.stall.unexplained_s(row)
         if gap is not None and abs(1e3 * gap - worst) < 1e-6:
             row["server_e2e_s"] += 0.1
     (res / "h200-load-tp1" / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
@@ -90,7 +92,7 @@ def test_an_unknown_or_unreadable_figure_is_named(tmp_path):
     page.parent.mkdir()
     page.write_text("<!-- fig:no.such -->1.0<!-- /fig -->\n\n<!-- fig:load32k.fa3.c1 -->11.33<!-- /fig -->\n")
     problems = df.check(tmp_path, tmp_path / "results", figures=["load32k.fa3.c1", "load32k.fa3.c4"])
-    assert problems[0] == "docs/p.md:1: fig:no.such is not registered in e2e/report/doc_figures.py"
+    assert problems[0] == "docs/p.md:1: fig:no.such is not registered in e2e/report/doc_figure_registry.py"
     assert problems[1].startswith(
         "docs/p.md:3: fig:load32k.fa3.c1: cannot be recomputed from results/h200-load-32k-tp1"
     )

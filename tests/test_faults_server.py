@@ -208,7 +208,7 @@ def test_interrupt_at_every_phase_leaves_nothing_running_and_resumes(tmp_path, s
         [cell] = read_jsonl(run / "cells.jsonl")
         assert cell["status"] == "ok"
         # The same result files as a run that was never interrupted (and nothing else, e.g. no .torn);
-        # one arm: no ratio figure (README "The figures").
+        # one arm: no ratio figure (docs/reference/run-folder.md, the figures).
         assert {p.name for p in run.iterdir()} - {"vllm-cache"} == {
             ".lock",
             "cells",

@@ -280,7 +280,7 @@ def test_sigterm_during_the_runs_gsm8k_stage_is_an_interrupt(tmp_path, monkeypat
     orphan them. The cells and the evaluation are replaced; the signal handling is the real one."""
     import signal
 
-    from e2e.accuracy import command as gsm8k
+    from e2e.accuracy import gsm8k_step as gsm8k
     from e2e.run import runner
 
     monkeypatch.setattr(runner.Runner, "run", lambda self: [])

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from e2e.accuracy import command, lm_eval, summary, tasks, unit
+from e2e.accuracy import gsm8k_step, lm_eval, summary, tasks, unit
 from e2e.assets import PINS, build_gsm8k
 from e2e.design.config import parse_config
 from e2e.errors import UserError
@@ -192,7 +192,7 @@ def _fake_unit(root: Path, arm: str, rep: int, correct: list[bool], settings: di
 def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, monkeypatch):
     """Finished units are reused (no server starts); the summary's verdict and numbers follow the
     answers: b loses 12 of 40 questions that a got right -> significant -> fail; the A/A pair passes."""
-    monkeypatch.setattr(command, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
+    monkeypatch.setattr(gsm8k_step, "run_unit", lambda *a, **k: pytest.fail("no unit should run"))
     cfg = parse_config(cfg_dict(limit=40))
     task = "gsm8k_zeroshot_offline"
     # Reuse is per arm: each unit's settings name its arm's server (unit_settings(..., arm)).
@@ -202,7 +202,7 @@ def test_summary_on_constructed_units_fails_a_real_drop(data_file, tmp_path, mon
     _fake_unit(tmp_path, "a", 1, a, settings("a"), task)
     _fake_unit(tmp_path, "b", 1, b, settings("b"), task)
     _fake_unit(tmp_path, "a", 2, a, settings("a"), task)
-    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
+    s = gsm8k_step.run_gsm8k(cfg, tmp_path, ["a", "b"], None, aa="a", assets_root=ROOT / "assets")
     assert s["schema_version"] == 1 and s["verdict"] == "fail" and s["questions"] == 40
     prim = {c["kind"]: c for c in s["comparisons"] if c["primary"]}
     assert prim["ab"]["filter"] == "flexible-extract"
@@ -236,8 +236,8 @@ def test_a_failed_unit_makes_the_summary_incomplete(data_file, tmp_path, monkeyp
         unit_dir.mkdir(parents=True)
         return {"status": "failed", "error": "server exited with status 1 while starting"}
 
-    monkeypatch.setattr(command, "run_unit", failed_unit)
-    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
+    monkeypatch.setattr(gsm8k_step, "run_unit", failed_unit)
+    s = gsm8k_step.run_gsm8k(cfg, tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
     assert s["verdict"] == "incomplete"
     c = next(c for c in s["comparisons"] if c["primary"])
     assert c["verdict"] == "incomplete" and "b r1" in c["reasons"][0]
@@ -355,7 +355,7 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     raw = cfg_dict()
     raw["arms"][1]["patches"] = ["widened-gfx11-gate"]  # b: a patched arm, with its own compiled graphs
     cfg = parse_config(raw)
-    s = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    s = gsm8k_step.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     root = tmp_path / "gsm8k"
 
     # one fresh server per unit, all with the harness process's one key (stable compile-cache key)
@@ -397,8 +397,8 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
     assert prim["aa"]["a_server"] == "b/r1" and prim["aa"]["b_server"] == "b/r2"
     for c in prim.values():
         again = signoff.compare(
-            summary.load_answers(root / c["a_server"], c["task"], c["filter"]),
-            summary.load_answers(root / c["b_server"], c["task"], c["filter"]),
+            summary.read_answers(root / c["a_server"], c["task"], c["filter"]),
+            summary.read_answers(root / c["b_server"], c["task"], c["filter"]),
             alpha=cfg.gsm8k.alpha,
             max_accuracy_drop=cfg.gsm8k.max_accuracy_drop,
         )
@@ -414,8 +414,8 @@ def test_two_arms_and_an_aa_pair_on_real_servers(data_file, tmp_path, monkeypatc
             assert not any(k.encode() in data for k in keys), p
 
     # running again reuses every finished unit: no server starts
-    monkeypatch.setattr(command, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
-    s2 = command.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
+    monkeypatch.setattr(gsm8k_step, "run_unit", lambda *a, **k: pytest.fail("finished unit ran again"))
+    s2 = gsm8k_step.run_gsm8k(cfg, tmp_path, ["a", "b"], 4, aa="b", assets_root=ROOT / "assets")
     assert s2["comparisons"] == s["comparisons"]
 
 
@@ -426,7 +426,7 @@ def test_chat_path_on_a_real_server(data_file, tmp_path):
     if not (MODEL / "config.json").is_file():
         pytest.skip("assets/SmolLM2-135M-Instruct missing: python run_e2e.py assets smollm2")
     cfg = parse_config(cfg_dict(chat=True))
-    s = command.run_gsm8k(cfg, tmp_path, ["a"], 2, assets_root=ROOT / "assets")
+    s = gsm8k_step.run_gsm8k(cfg, tmp_path, ["a"], 2, assets_root=ROOT / "assets")
     [u] = s["units"]
     assert u["status"] == "ok", u
     rec = json.loads((tmp_path / "gsm8k" / u["unit"]).read_text())

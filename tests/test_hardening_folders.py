@@ -202,11 +202,11 @@ def test_an_environment_oserror_is_one_line(tmp_path, standin, capsys, monkeypat
 def _gsm8k(monkeypatch, *argv) -> tuple[int, list]:
     """`run_e2e.py gsm8k ...` through the CLI, with the evaluation itself replaced (it is tested in
     test_gsm8k_server.py): what matters here is the config and arms it is given."""
-    from e2e.accuracy import command
+    from e2e.accuracy import gsm8k_step
 
     seen = []
     monkeypatch.setattr(
-        command, "run_gsm8k", lambda cfg, root, names, *a, **k: seen.append((cfg, names)) or {"verdict": "pass"}
+        gsm8k_step, "run_gsm8k", lambda cfg, root, names, *a, **k: seen.append((cfg, names)) or {"verdict": "pass"}
     )
     return main(["gsm8k", *map(str, argv)]), seen
 
@@ -246,7 +246,7 @@ def test_a_units_reuse_check_names_its_arms_server_without_secrets():
 
 
 def test_an_edited_arm_is_run_again_and_the_other_reused(tmp_path, monkeypatch):
-    from e2e.accuracy import command, unit
+    from e2e.accuracy import gsm8k_step, unit
     from e2e.assets import PINS
 
     task = "gsm8k_zeroshot_offline"
@@ -285,7 +285,7 @@ def test_an_edited_arm_is_run_again_and_the_other_reused(tmp_path, monkeypatch):
             )
         )
     ran = []
-    monkeypatch.setattr(command, "run_unit", lambda cfg, u, *a, **k: ran.append(u.arm) or {"status": "failed"})
+    monkeypatch.setattr(gsm8k_step, "run_unit", lambda cfg, u, *a, **k: ran.append(u.arm) or {"status": "failed"})
     data["arms"][1]["args"] = ["--dtype", "float32"]  # b edited after its sign-off
-    command.run_gsm8k(parse_config(data), tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
+    gsm8k_step.run_gsm8k(parse_config(data), tmp_path, ["a", "b"], None, assets_root=ROOT / "assets")
     assert ran == ["b"]

@@ -113,7 +113,7 @@ def test_a_sound_voided_record_is_read_and_does_not_stop_a_resume(unfinished, ca
     rec = {"cell_id": "p1-d16-b", "attempt": "0-ab12cd", "at": "round 0", "foreign": [{"gpu": 0, "pid": 7}]}
     (server_dir / "gpu-a0" / "voided.json").write_text(json.dumps(rec))
     watch = ServerWatch(GpuProbe([], None, "no GPU here"), "retry", print)
-    watch.load_voided(server_dir)
+    watch.read_voided(server_dir)
     assert watch.contaminated_attempts == {"p1-d16-b": [{k: rec[k] for k in ("attempt", "at", "foreign")}]}
     assert main(["--resume", str(unfinished), "--no-progress"]) == 1  # the stand-in fails its cell again
     capsys.readouterr()

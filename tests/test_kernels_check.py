@@ -397,7 +397,7 @@ def test_report_recomputes_table_figures_and_fault_pattern(tmp_path):
 def test_report_refuses_a_folder_without_rows(tmp_path):
     assert main(["--report", str(tmp_path)]) == 2
     with pytest.raises(UserError):
-        report.load_rows(tmp_path)
+        report.read_rows(tmp_path)
 
 
 KERNEL_RUNS = sorted(p.parent for p in (ROOT / "results" / "kernels").glob("*/rows.jsonl"))

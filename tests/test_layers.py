@@ -1,6 +1,6 @@
 """The import graph of the package, read with ast (no module is imported), at two levels.
 
-Folders: each stage is a folder of e2e/ (README "Where things live" is this tree), and the folders
+Folders: each stage is a folder of e2e/ (docs/reference/layout.md draws this tree), and the folders
 stand in one order, top down, that every import follows: no circle between folders and no import
 back up. A module at the top of e2e/ (errors, exits, extras, assets) is a folder of one.
 

@@ -127,7 +127,7 @@ def test_bandwidth_override_and_unknowns():
 
 def test_absent_model_folder_is_unavailable_not_guessed(tmp_path):
     with pytest.raises(roofline.Unavailable, match="not found"):
-        roofline.load_model_config("google/gemma-3-27b-it", (tmp_path,))
+        roofline.read_model_config("google/gemma-3-27b-it", (tmp_path,))
     with pytest.raises(roofline.Unavailable, match="lacks"):
         roofline.geometry({"hidden_size": 4})
     q = {**GEMMA3_27B_W4A16, "quantization_config": {"quant_method": "bitsandbytes"}}

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from e2e.accuracy import command as gsm8k_step
+from e2e.accuracy import gsm8k_step
 from e2e.cli import main
 from e2e.run import runner
 from tests.support.hardening import base_cfg, standin, write_cfg  # noqa: F401 (fixture)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from e2e.stats import bootstrap
 from e2e.stats import cells as stats
 from e2e.stats.estimate import cell_estimate
 from tests.support.synthetic import L, S, cs, rows_for
@@ -32,7 +33,7 @@ def test_interval_is_reproducible_and_shrinks_with_more_rounds():
 
 def test_bootstrap_resamples_whole_rounds():
     long_s, short_s = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.5, 2.5])
-    b = stats.bootstrap_estimates(long_s, short_s, 2, 1, n_boot=500)
+    b = bootstrap.bootstrap_estimates(long_s, short_s, 2, 1, seed=stats.SEED, n_boot=500)
     # every round's short is its long minus 0.5 s: resampling whole rounds keeps that pairing, so
     # every replicate is exactly 500 ms/token (resampling the columns apart would scatter them)
     assert set(np.round(b, 6)) == {500.0}
@@ -94,13 +95,13 @@ def test_bootstrap_median_shortcut_equals_nanmedian():
     # without NaNs bootstrap_estimates sorts instead of calling np.nanmedian: same replicates
     rng = np.random.default_rng(5)
     long_s, short_s = 0.7 + rng.normal(0, 0.02, 9), 0.1 + rng.normal(0, 0.01, 9)
-    b = stats.bootstrap_estimates(long_s, short_s, L, S, n_boot=300, seed=3)
+    b = bootstrap.bootstrap_estimates(long_s, short_s, L, S, n_boot=300, seed=3)
     idx = np.random.default_rng(3).integers(0, 9, size=(300, 9))
     ref = (np.nanmedian(long_s[idx], axis=1) - np.nanmedian(short_s[idx], axis=1)) / (L - S) * 1e3
     assert np.array_equal(b, ref)
     for k in (4, 5):  # odd and even row lengths
         x = rng.random((50, k))
-        assert np.array_equal(stats._row_median(x), np.median(x, axis=1))
+        assert np.array_equal(bootstrap.row_median(x), np.median(x, axis=1))
 
 
 def test_log_se_is_the_sd_of_the_log_bootstrap():

@@ -17,7 +17,7 @@ from e2e.stats import signoff
 SCHEMA_VERSION = VERSIONS["gsm8k-summary"]
 
 
-def load_answers(unit_dir: Path, task: str, flt: str) -> list[signoff.Answer]:
+def read_answers(unit_dir: Path, task: str, flt: str) -> list[signoff.Answer]:
     rows = [json.loads(x) for x in (unit_dir / f"questions-{task}.jsonl").read_text().splitlines() if x]
     out = []
     for r in rows:
@@ -158,8 +158,8 @@ def _compare_pair(
                 try:
                     c.update(
                         signoff.compare(
-                            load_answers(run_dir / "gsm8k" / ua.rel, task, flt),
-                            load_answers(run_dir / "gsm8k" / ub.rel, task, flt),
+                            read_answers(run_dir / "gsm8k" / ua.rel, task, flt),
+                            read_answers(run_dir / "gsm8k" / ub.rel, task, flt),
                             alpha=g.alpha,
                             max_accuracy_drop=g.max_accuracy_drop,
                         )

@@ -23,7 +23,7 @@ from typing import Any
 
 from e2e.accuracy.lm_eval import collect, lm_eval_argv, lm_eval_env, redact_tree, run_lm_eval
 from e2e.accuracy.tasks import FULL_SIZE
-from e2e.design.config import Config
+from e2e.design.config import ArmCfg, Config
 from e2e.rundir import routing
 from e2e.rundir.formats import VERSIONS, now
 from e2e.rundir.store import write_json_atomic
@@ -114,16 +114,7 @@ def run_unit(
     compile cache in the run folder, the run's tag and its live record."""
     arm = cfg.arm(unit.arm)
     unit_dir.mkdir(parents=True, exist_ok=True)
-    rec: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "arm": unit.arm,
-        "replicate": unit.replicate,
-        "dir": unit.rel,
-        "status": "failed",
-        "settings": settings,
-        "started": now(),
-        "attempts": [],
-    }
+    rec = _new_record(unit, settings)
     ctx: dict[str, Any] = {}
 
     def new_server(attempt: int) -> VllmServer:
@@ -143,11 +134,7 @@ def run_unit(
             f"gsm8k {unit.label}: server ready in {server.startup_s:.1f} s; lm-eval "
             f"{','.join(tasks)} on {limit or FULL_SIZE} questions"
         )
-        cache = Path(tempfile.mkdtemp(prefix="e2e-gsm8k-hf-"))
-        try:
-            code, secs = run_lm_eval(argv, lm_eval_env(server.api_key, cache), unit_dir / "lm_eval.log", server, say)
-        finally:
-            shutil.rmtree(cache, ignore_errors=True)
+        code, secs = _lm_eval_with_own_cache(argv, server, unit_dir / "lm_eval.log", say)
         rec["lm_eval"].update(exit_code=code, eval_s=secs)
         return code, routing.fold_records(ctx["record_dir"], arm)
 
@@ -160,14 +147,7 @@ def run_unit(
         rec["routing"], rec["leftover_pids"] = folded, left
         if redact_tree(unit_dir, server.secrets):
             rec["redacted_key_found"] = True
-        if code != 0:  # a harness or task error: a fresh server would not change it
-            rec["error"] = f"lm-eval exited with status {code}"
-            rec["log_tail"] = scrub(tail(unit_dir / "lm_eval.log", 20), server.secrets)
-        else:
-            problem = routing.patch_problem(folded, arm)
-            rec["tasks"] = collect(unit_dir, tasks)
-            rec["error"] = problem
-            rec["status"] = "ok" if problem is None else "failed"
+        _settle(rec, code, folded, arm, unit_dir, tasks, server)
     except GaveUp as g:
         rec["attempts"].append({"attempt": len(g.failures) - 1, "error": str(g.last)})
         rec["error"], rec["log_tail"] = str(g.last), scrub(g.log_tail, ctx["server"].secrets)
@@ -176,6 +156,50 @@ def run_unit(
     rec["finished"] = now()
     write_json_atomic(unit_dir / "unit.json", rec)
     return rec
+
+
+def _new_record(unit: Unit, settings: dict[str, Any]) -> dict[str, Any]:
+    """unit.json as it starts: failed until lm-eval has answered on a server that routed as the arm says."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "arm": unit.arm,
+        "replicate": unit.replicate,
+        "dir": unit.rel,
+        "status": "failed",
+        "settings": settings,
+        "started": now(),
+        "attempts": [],
+    }
+
+
+def _lm_eval_with_own_cache(argv: list[str], server: VllmServer, log: Path, say: Any) -> tuple[int, float]:
+    """lm-eval against the server, its Hugging Face cache a fresh temporary folder removed after."""
+    cache = Path(tempfile.mkdtemp(prefix="e2e-gsm8k-hf-"))
+    try:
+        return run_lm_eval(argv, lm_eval_env(server.api_key, cache), log, server, say)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _settle(
+    rec: dict[str, Any],
+    code: int,
+    folded: dict[str, Any],
+    arm: ArmCfg,
+    unit_dir: Path,
+    tasks: list[str],
+    server: VllmServer,
+) -> None:
+    """The unit's outcome from lm-eval's exit status and the server's routing: ok, with each task's
+    answers, only when lm-eval finished and the arm's patches ran as it says."""
+    if code != 0:  # a harness or task error: a fresh server would not change it
+        rec["error"] = f"lm-eval exited with status {code}"
+        rec["log_tail"] = scrub(tail(unit_dir / "lm_eval.log", 20), server.secrets)
+        return
+    problem = routing.patch_problem(folded, arm)
+    rec["tasks"] = collect(unit_dir, tasks)
+    rec["error"] = problem
+    rec["status"] = "ok" if problem is None else "failed"
 
 
 def reusable(unit_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:

@@ -38,10 +38,10 @@ class RunAnalysis:
     def __init__(
         self, run: RunRecord | Path | str, estimator: str | None = None, client_at: Collection[tuple[str, Point]] = ()
     ):
-        """run: a run folder, read by run_folder.load, or a RunRecord already read or built in memory.
+        """run: a run folder, read by run_folder.read, or a RunRecord already read or built in memory.
         estimator: force one everywhere; None: the config's stats.estimator rule. client_at: arm x
         points on the plain client estimate whatever the rule says (compare, where the other run is)."""
-        record = run if isinstance(run, RunRecord) else run_folder.load(run)
+        record = run if isinstance(run, RunRecord) else run_folder.read(run)
         self.root, self.manifest, self.plan = record.root, record.manifest, record.plan
         self.config = record.config  # the config as run, typed (run_folder.RunRecord.config)
         self.status = record.status  # harness-died when nobody holds the folder

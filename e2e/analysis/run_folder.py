@@ -43,7 +43,7 @@ class RunRecord:
         object.__setattr__(self, "config", config)
 
 
-def load(run_dir: Path | str) -> RunRecord:
+def read(run_dir: Path | str) -> RunRecord:
     """Read a run folder (e2e/rundir/store.py's layout); UserError when it is not one."""
     root = Path(run_dir)
     store = RunStore.open_existing(root)
@@ -77,7 +77,7 @@ def _model_config(root: Path, manifest: dict[str, Any], config: RecordedConfig) 
             f"{model!r} as it starts, when that is local), and no geometry is read from outside the run folder"
         )
     try:
-        return roofline.load_model_config(str(saved)), ""
+        return roofline.read_model_config(str(saved)), ""
     except roofline.Unavailable as exc:
         return None, str(exc)
 

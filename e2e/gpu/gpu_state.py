@@ -141,7 +141,7 @@ class ServerWatch:
             )
         self.note(f"{what}: the GPU is free again; starting its server")
 
-    def load_voided(self, server_dir: Path) -> None:
+    def read_voided(self, server_dir: Path) -> None:
         """The attempts of this server group that an earlier harness voided (a run resumed after its
         harness stopped or died): each cell row names every voided attempt of its cell, not only this
         process's. Each record is checked as it is read (store.voided): a damaged one is one line."""

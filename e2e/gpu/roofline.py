@@ -195,7 +195,7 @@ def floor_ms(g: Geometry, depth: int, tp: int, bandwidth_gbps: float) -> float:
     return step_bytes(g, depth, tp)["total"] / (bandwidth_gbps * 1e9) * 1e3
 
 
-def load_model_config(model_path: str, search: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_model_config(model_path: str, search: tuple[Path, ...] = ()) -> dict[str, Any]:
     """config.json of a local model folder; Unavailable when the folder is absent (a hub name, or
     the run was analysed on another machine): never guess a geometry."""
     candidates = [Path(model_path)] + [Path(b) / model_path for b in search]

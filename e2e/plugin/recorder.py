@@ -323,24 +323,7 @@ class Recorder:
             "patched_calls": {
                 t: {"calls": v[0], "differing": v[1] if t in GATES else None} for t, v in dict(self.patched).items()
             },
-            "gate_calls": [
-                {
-                    "layer_class": k[0],
-                    "qtype": k[1],
-                    "head_size": k[2],
-                    "block_size": k[3],
-                    "gqa_ratio": k[4],
-                    "sliding_window": list(k[5]) if isinstance(k[5], tuple) else k[5],
-                    "kv_cache_dtype": k[6],
-                    "alibi_none": k[7],
-                    "sinks_none": k[8],
-                    "answer": k[9],
-                    "n": v[0],
-                    "max_seq_len_min": v[1],
-                    "max_seq_len_max": v[2],
-                }
-                for k, v in gate.items()
-            ],
+            "gate_calls": [_gate_call(k, v) for k, v in gate.items()],
             "started_unix": self.started,
             "written_unix": time.time(),
             "seq": self._seq,
@@ -405,3 +388,23 @@ def _backend_name(layer: Any) -> str | None:
         return b.get_name() if b is not None else None
     except Exception:
         return getattr(b, "__name__", None)
+
+
+def _gate_call(k: GateKey, v: list[Any]) -> dict[str, Any]:
+    """One distinct call of the gate as the record writes it: its arguments, its answer, how often
+    it was asked and the max_seq_len it saw."""
+    return {
+        "layer_class": k[0],
+        "qtype": k[1],
+        "head_size": k[2],
+        "block_size": k[3],
+        "gqa_ratio": k[4],
+        "sliding_window": list(k[5]) if isinstance(k[5], tuple) else k[5],
+        "kv_cache_dtype": k[6],
+        "alibi_none": k[7],
+        "sinks_none": k[8],
+        "answer": k[9],
+        "n": v[0],
+        "max_seq_len_min": v[1],
+        "max_seq_len_max": v[2],
+    }

@@ -1,7 +1,7 @@
-"""The figures, drawn from the summary (e2e/report/summary.py) and history's rows, each showing what the
-text claims: a comparison on its own scale with the equivalence margin visible, the kind of interval
-named ("between servers" only where there were servers to pool, "within-server" otherwise), lines
-only between cells that one server served, and no figure where there is nothing to draw.
+"""A run's figures, drawn from its summary (e2e/report/summary.py), each showing what the text claims:
+a comparison on its own scale with the equivalence margin visible, the kind of interval named
+("between servers" only where there were servers to pool, "within-server" otherwise), lines only
+between cells that one server served, and no figure where there is nothing to draw.
 
     ratio_vs_depth.png   a panel per arm / reference pair: the ratio per depth with its 95 % interval,
                          coloured and labelled by its verdict (e2e/stats/outcomes.py), the per-pass ratios,
@@ -10,9 +10,8 @@ only between cells that one server served, and no figure where there is nothing 
                          decided, so how the ratio moves with batch and depth shows at a glance
     decode_vs_depth.png  every cell's decode ms/token with its own (within-server) 95 % interval (a
                          panel per concurrency in a grid run)
-    history.png          a panel per series, arm and depth; x: the runs in the chosen order, each
-                         labelled with its vLLM version and its place in time; change points marked
-                         in their own panel with their verdict
+
+history.png is history's (e2e/report/history_figure.py), on the same depth labels and error bars.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any
 from e2e.design.point import Point
 from e2e.report import tables
 from e2e.stats import outcomes
-from e2e.stats.verdicts import BETWEEN, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION
+from e2e.stats.verdicts import BETWEEN
 
 RATIO, DECODE = "ratio_vs_depth.png", "decode_vs_depth.png"
 FILES = (DECODE, RATIO)
@@ -150,7 +149,7 @@ def _y_range(ax: Any, values: list[float], label: str, headroom: float = 0.0) ->
     ax.set_ylabel(label)
 
 
-def _yerr(value: float, lo: float | None, hi: float | None) -> list[list[float]] | None:
+def error_bar(value: float, lo: float | None, hi: float | None) -> list[list[float]] | None:
     """matplotlib's asymmetric error bar for an interval (None: no interval, no bar)."""
     return [[value - lo], [hi - value]] if lo is not None and hi is not None else None
 
@@ -181,6 +180,13 @@ def settings(rows: list[dict[str, Any]]) -> dict[Any, tuple[str, str]]:
     return out
 
 
+def _margin_band(ax: Any, margin: float) -> list[float]:
+    """The shaded equivalence margin and the line at 1; its edges, which the y range must hold."""
+    ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
+    ax.axhline(1.0, color="black", lw=0.7, zorder=1)
+    return [1 / margin, margin]
+
+
 def ratio_grid(s: dict[str, Any], path: Path) -> Path:
     """The grid: a panel per arm pair, a line per concurrency over the depths (a run's, or `grid`'s
     across runs: e2e/report/grid.py)."""
@@ -195,41 +201,12 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
     shift = {c: 2 ** (0.25 * ((i + 0.5) / len(cs) - 0.5)) for i, c in enumerate(cs)}  # x is log2
     flags = settings(pooled)
     for ax, arm in zip(axes, pairs):
-        ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
-        ax.axhline(1.0, color="black", lw=0.7, zorder=1)
-        ys = [1 / margin, margin]
+        ys = _margin_band(ax, margin)
         for i, c in enumerate(cs):
             rows = sorted((r for r in pooled if r["arm"] == arm and _c(r) == c), key=lambda r: r["depth"])
             if not rows:
                 continue  # this arm has no ratio at this c (a grid across runs: another run's arm)
-            xs = [r["depth"] * shift[c] for r in rows]
-            ax.plot([], [], color=f"C{i}", lw=1.2, label=f"c = {c}")
-            for j in range(1, len(rows)):
-                # a line never joins points measured under different server flags unmarked: dotted there
-                same = rows[j].get("server_flags") == rows[j - 1].get("server_flags")
-                ax.plot(
-                    xs[j - 1 : j + 1],
-                    [rows[j - 1]["ratio"], rows[j]["ratio"]],
-                    color=f"C{i}",
-                    lw=1.2 if same else 1.0,
-                    ls="-" if same else ":",
-                    zorder=2,
-                )
-            for x, r in zip(xs, rows):
-                w = outcomes.latency(r["decision"])
-                lo, hi = r.get("ratio_ci_lo"), r.get("ratio_ci_hi")
-                ax.errorbar(
-                    [x],
-                    [r["ratio"]],
-                    yerr=_yerr(r["ratio"], lo, hi),
-                    fmt=flags[r.get("server_flags")][0],
-                    color=f"C{i}",
-                    mfc=f"C{i}" if w and w.decided else "white",
-                    capsize=3,
-                    ms=5,
-                    zorder=3,
-                )
-                ys += [r["ratio"]] + [v for v in (lo, hi) if v is not None]
+            ys += _concurrency_line(ax, rows, c, f"C{i}", shift[c], flags)
         if len(flags) > 1:  # the flag sets this panel holds, each its marker
             for g in dict.fromkeys(r.get("server_flags") for r in pooled if r["arm"] == arm):
                 ax.plot([], [], flags[g][0], color="0.3", mfc="white", ls="none", label=flags[g][1])
@@ -249,6 +226,43 @@ def ratio_grid(s: dict[str, Any], path: Path) -> Path:
     return tables.save_figure(fig, path, layout=False)
 
 
+def _concurrency_line(
+    ax: Any, rows: list[dict[str, Any]], c: int, colour: str, shift: float, flags: dict[Any, tuple[str, str]]
+) -> list[float]:
+    """One concurrency's ratios over the depths in a grid panel (x shifted apart from the other c's);
+    the values drawn, for the y range."""
+    xs = [r["depth"] * shift for r in rows]
+    ax.plot([], [], color=colour, lw=1.2, label=f"c = {c}")
+    for j in range(1, len(rows)):
+        # a line never joins points measured under different server flags unmarked: dotted there
+        same = rows[j].get("server_flags") == rows[j - 1].get("server_flags")
+        ax.plot(
+            xs[j - 1 : j + 1],
+            [rows[j - 1]["ratio"], rows[j]["ratio"]],
+            color=colour,
+            lw=1.2 if same else 1.0,
+            ls="-" if same else ":",
+            zorder=2,
+        )
+    ys: list[float] = []
+    for x, r in zip(xs, rows):
+        w = outcomes.latency(r["decision"])
+        lo, hi = r.get("ratio_ci_lo"), r.get("ratio_ci_hi")
+        ax.errorbar(
+            [x],
+            [r["ratio"]],
+            yerr=error_bar(r["ratio"], lo, hi),
+            fmt=flags[r.get("server_flags")][0],
+            color=colour,
+            mfc=colour if w and w.decided else "white",
+            capsize=3,
+            ms=5,
+            zorder=3,
+        )
+        ys += [r["ratio"]] + [v for v in (lo, hi) if v is not None]
+    return ys
+
+
 def _ratio(s: dict[str, Any], path: Path) -> Path:
     f = s["run"]
     pooled = _pooled(s)
@@ -263,70 +277,83 @@ def _ratio(s: dict[str, Any], path: Path) -> Path:
     ]
     for ax, arm in zip(axes, pairs):
         rows = sorted((c for c in pooled if c["arm"] == arm), key=lambda c: c["depth"])
-        ax.axhspan(1 / margin, margin, color="0.85", zorder=0)
-        ax.axhline(1.0, color="black", lw=0.7, zorder=1)
-        ys = [1 / margin, margin]
+        ys = _margin_band(ax, margin)
         for c in rows:
-            w = outcomes.latency(c["decision"])
-            colour = w.colour if w else "black"
-            lo, hi = c.get("ratio_ci_lo"), c.get("ratio_ci_hi")
-            ax.errorbar(
-                [c["depth"]],
-                [c["ratio"]],
-                yerr=_yerr(c["ratio"], lo, hi),
-                fmt="o",
-                mfc=colour if w and w.decided else "white",
-                color=colour,
-                capsize=4,
-                ms=6,
-                zorder=3,
-            )
-            ax.annotate(
-                c["decision"],
-                (c["depth"], hi if hi is not None else c["ratio"]),
-                textcoords="offset points",
-                xytext=(0, 5),
-                ha="center",
-                fontsize=7,
-                color=colour,
-            )
-            ys += [c["ratio"]] + [v for v in (lo, hi) if v is not None]
+            ys += _verdict_point(ax, c)
         pp = [c for c in per_pass if c["arm"] == arm]
         if pp:
             ax.scatter(
                 [c["depth"] * 1.08 for c in pp], [c["ratio"] for c in pp], marker="x", color="0.45", s=18, zorder=2
             )
             ys += [c["ratio"] for c in pp]
-        kinds = {c.get("ci_kind") for c in rows}
-        what = (
-            "95 % CI between servers"
-            if kinds == {BETWEEN}
-            else "within-server interval: no verdict"
-            if BETWEEN not in kinds
-            else "intervals of both kinds"
-        )
         depth_axis(ax, sorted({c["depth"] for c in rows}))
         _y_range(ax, ys, "decode ratio arm / reference", headroom=0.12)
         ax.set_title(
-            f"{arm} / {f['reference_arm']}: {rows[0]['n_arm']} + {rows[0]['n_ref']} servers, {what}", fontsize=8.5
+            f"{arm} / {f['reference_arm']}: {rows[0]['n_arm']} + {rows[0]['n_ref']} servers, {_intervals(rows)}",
+            fontsize=8.5,
         )
         ax.grid(alpha=0.3)
     for ax in axes[len(pairs) :]:
         ax.set_visible(False)
+    _ratio_legend(fig, f["min_effect_pct"], margin, bool(per_pass), ncol)
+    fig.suptitle("Arm / reference decode ms/token per depth (> 1: the arm is slower), coloured by verdict", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07 if ncol > 1 else 0.11, 1, 1))
+    return tables.save_figure(fig, path, layout=False)
+
+
+def _verdict_point(ax: Any, c: dict[str, Any]) -> list[float]:
+    """One pooled comparison: its ratio and interval, coloured and labelled by its verdict (filled
+    where decided); the values drawn, for the y range."""
+    w = outcomes.latency(c["decision"])
+    colour = w.colour if w else "black"
+    lo, hi = c.get("ratio_ci_lo"), c.get("ratio_ci_hi")
+    ax.errorbar(
+        [c["depth"]],
+        [c["ratio"]],
+        yerr=error_bar(c["ratio"], lo, hi),
+        fmt="o",
+        mfc=colour if w and w.decided else "white",
+        color=colour,
+        capsize=4,
+        ms=6,
+        zorder=3,
+    )
+    ax.annotate(
+        c["decision"],
+        (c["depth"], hi if hi is not None else c["ratio"]),
+        textcoords="offset points",
+        xytext=(0, 5),
+        ha="center",
+        fontsize=7,
+        color=colour,
+    )
+    return [c["ratio"]] + [v for v in (lo, hi) if v is not None]
+
+
+def _intervals(rows: list[dict[str, Any]]) -> str:
+    """What a panel's intervals are, for its title: only between-server ones carry a verdict."""
+    kinds = {c.get("ci_kind") for c in rows}
+    return (
+        "95 % CI between servers"
+        if kinds == {BETWEEN}
+        else "within-server interval: no verdict"
+        if BETWEEN not in kinds
+        else "intervals of both kinds"
+    )
+
+
+def _ratio_legend(fig: Any, min_effect_pct: float, margin: float, per_pass: bool, ncol: int) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles = [
-        Patch(color="0.85", label=f"±{f['min_effect_pct']:g} % equivalence margin ({1 / margin:.3f} to {margin:.3f})"),
+        Patch(color="0.85", label=f"±{min_effect_pct:g} % equivalence margin ({1 / margin:.3f} to {margin:.3f})"),
         Line2D([], [], marker="o", color="black", ls="", label="filled: decided (slower, faster, equivalent)"),
         Line2D([], [], marker="o", color="black", mfc="white", ls="", label="hollow: not decided"),
     ]
     if per_pass:
         handles.append(Line2D([], [], marker="x", color="0.45", ls="", label="per pass (two servers, no verdict)"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles) if ncol > 1 else 2, fontsize=7, frameon=False)
-    fig.suptitle("Arm / reference decode ms/token per depth (> 1: the arm is slower), coloured by verdict", fontsize=10)
-    fig.tight_layout(rect=(0, 0.07 if ncol > 1 else 0.11, 1, 1))
-    return tables.save_figure(fig, path, layout=False)
 
 
 def _decode(s: dict[str, Any], path: Path) -> Path:
@@ -362,7 +389,7 @@ def _decode_panel(ax: Any, f: dict[str, Any], cells: list[dict[str, Any]], arms:
             ax.errorbar(
                 [c["depth"] * shift[(a, c["pass"])]],
                 [c["estimate_ms"]],
-                yerr=_yerr(c["estimate_ms"], lo, hi),
+                yerr=error_bar(c["estimate_ms"], lo, hi),
                 fmt="o",
                 color=colours[a],
                 capsize=3,
@@ -392,93 +419,3 @@ def _decode_panel(ax: Any, f: dict[str, Any], cells: list[dict[str, Any]], arms:
         title=("lines: one server's depths" if _server_lines(cells) else "one server per cell"),
         title_fontsize=7,
     )
-
-
-# -- history --------------------------------------------------------------------------------------------
-QUIET = {
-    EQUIVALENT: " (no change point)",
-    INCONCLUSIVE: " (cannot tell)",
-    INSUFFICIENT_REPLICATION: " (too few servers)",
-}
-
-
-def history_figure(
-    rows: list[dict[str, Any]],
-    steps: list[dict[str, Any]],
-    order_by: str,
-    path: Path,
-    answers: list[dict[str, Any]] | None = None,
-) -> Path | None:
-    """A panel per (series, arm, depth); None (no file) when no run has an estimate. answers: each
-    series' answer (history.history), which titles a panel without a step (no change point, or
-    cannot tell)."""
-    said = {(a["series"], a["arm"], Point.of(a)): a["decision"] for a in answers or []}
-    keys = sorted({(r["series"], r["arm"], Point.of(r)) for r in rows if r.get("estimate_ms") is not None})
-    if not keys:
-        return None
-    runs = sorted({(r["order"], r["run"], r["vllm"], r["time_order"], r["started"], r["finished"]) for r in rows})
-    arm_rows = list(dict.fromkeys((k[0], k[1]) for k in keys))
-    points = sorted({k[2] for k in keys})
-    fig, axes = tables.new_panels(
-        max(4.2 * len(points), 0.9 * len(runs) * len(points)), 3.4 * len(arm_rows), len(arm_rows), len(points)
-    )
-    grid = {(sa, d): axes[i * len(points) + j] for i, sa in enumerate(arm_rows) for j, d in enumerate(points)}
-    labels = [
-        f"vLLM {v}\n#{t} in time\n{str(st or '')[5:16].replace('T', ' ')}" + ("" if done else "\nNOT FINISHED")
-        for _, _, v, t, st, done in runs
-    ]
-    for ((series, arm), d), ax in grid.items():
-        pts = sorted(
-            (
-                r
-                for r in rows
-                if (r["series"], r["arm"], Point.of(r)) == (series, arm, d) and r.get("estimate_ms") is not None
-            ),
-            key=lambda r: r["order"],
-        )
-        if not pts:
-            ax.set_visible(False)
-            continue
-        for r in pts:
-            lo, hi = r.get("ci_lo_ms"), r.get("ci_hi_ms")
-            ax.errorbar(
-                [r["order"]],
-                [r["estimate_ms"]],
-                yerr=_yerr(r["estimate_ms"], lo, hi),
-                fmt="o",
-                color="C0",
-                capsize=3,
-                ms=4,
-                mfc="C0" if r.get("ci_kind") == BETWEEN else "white",
-            )
-        for st in steps:
-            if (st["series"], st["arm"], Point.of(st)) != (series, arm, d):
-                continue
-            w = outcomes.latency(st["decision"])
-            x = next(r["order"] for r in pts if r["run"] == st["first_run"]) - 0.5
-            ax.axvline(x, color=w.colour if w else "black", ls="--", lw=1)
-            ax.annotate(
-                f"{st['decision']} step\nratio {st['ratio']:.3f}" if st.get("ratio") else st["decision"],
-                (x, 0),
-                xycoords=("data", "axes fraction"),
-                xytext=(-3, 4),
-                textcoords="offset points",
-                ha="right",
-                va="bottom",
-                fontsize=7,
-                color=w.colour if w else "black",
-            )
-        ax.set_xticks([o for o, *_ in runs], labels, fontsize=6)
-        ax.set_xlim(-0.5, len(runs) - 0.5)
-        stepped = any(st["series"] == series and st["arm"] == arm and Point.of(st) == d for st in steps)
-        answer = "" if stepped else QUIET.get(said.get((series, arm, d), ""), "")
-        at_c = "" if d.concurrency == 1 else f", c = {d.concurrency}"  # a grid run's series is a point
-        ax.set_title(f"series {series}: {arm} @ {depth_label(d.depth)}{at_c}{answer}", fontsize=9)
-        ax.set_ylabel("decode ms/token")
-        ax.grid(alpha=0.3)
-    fig.suptitle(
-        f"History, runs ordered by {order_by} (each run's place in time below its version); "
-        "filled: 95 % CI between servers",
-        fontsize=9,
-    )
-    return tables.save_figure(fig, path)

@@ -28,7 +28,7 @@ from e2e.analysis.manifest_facts import vllm_version
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.design.point import Point
 from e2e.errors import UserError
-from e2e.report import figures, tables
+from e2e.report import history_figure, tables
 from e2e.report import summary as sm
 from e2e.report.compare import CHECKED_METADATA, add_run_sd_args, run_sd_of, say_run_sd, unfinished
 from e2e.report.progress import make_console, say
@@ -420,7 +420,7 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
             "exit_status": status,
         },
     )
-    fig = figures.history_figure(rows, steps, args.order_by, out / "history.png", answers)
+    fig = history_figure.draw(rows, steps, args.order_by, out / "history.png", answers)
     if fig is None and (out / "history.png").is_file():
         (out / "history.png").unlink()  # an earlier history's figure: this one has nothing to draw
     say(

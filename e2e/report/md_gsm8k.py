@@ -1,4 +1,4 @@
-"""The gsm8k sign-off as markdown: its section of report.md, and gsm8k.md (e2e/accuracy/command.py)."""
+"""The gsm8k sign-off as markdown: its section of report.md, and gsm8k.md (e2e/accuracy/gsm8k_step.py)."""
 
 from __future__ import annotations
 

@@ -28,40 +28,13 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         f"{s.get('correction') or 'none'}. Model: {pooled[0]['model']}.",
         "",
     ]
-    if inert:  # what was seen, per arm and point (the numbers would have read decision_measured)
-        md += [
-            "Inert (the arm's patch changed nothing there; e2e/rundir/patch_evidence.py):",
-            "",
-            *(
-                f"- {c['arm']} at {Point.of(c)}: "
-                + "; ".join(
-                    f"`{x['function'].split(':')[1]}` ({x['function'].split(':')[0]}) {x['seen']}" for x in c["inert"]
-                )
-                + f" (the numbers alone: {c.get('decision_measured') or 'no decision'})"
-                for c in inert
-            ),
-            "",
-        ]
+    if inert:
+        md += _inert(inert)
     cs = md_load.concurrencies(s)
     for c in cs:  # a table per concurrency in a grid run; one table otherwise
         title = [f"### c = {c} ({c} request{'s' if c > 1 else ''} decoding together)", ""] if len(cs) > 1 else []
         md += title + [render_markdown(sm.COMPARISONS, md_load.per_c(pooled, c), target=num(target, "{:g}")), ""]
-    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
-    hws = [
-        c["ci_half_width_pct"]
-        for c in pooled
-        if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None
-    ]
-    if mdes:
-        md += [
-            f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
-            f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
-            f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
-            f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
-            f'"Servers for MDE <= {num(target, "{:g}")} %": servers per arm, at this run\'s rounds, whose MDE '
-            "would be at most that (from the same model and rule).",
-            "",
-        ]
+    md += _resolution(f, pooled, target)
     vmod = s.get("variance_model")
     if vmod:
         md += [
@@ -82,6 +55,46 @@ def verdicts(s: dict[str, Any]) -> list[str]:
     if figures.RATIO in figures.drawn(s):
         md += [f"![arm ratio per depth]({figures.RATIO}) {figures.ratio_caption(s)}", ""]
     return md
+
+
+def _inert(inert: list[dict[str, Any]]) -> list[str]:
+    """What was seen, per arm and point, where a patch changed nothing (the numbers alone would have
+    read decision_measured)."""
+    return [
+        "Inert (the arm's patch changed nothing there; e2e/rundir/patch_evidence.py):",
+        "",
+        *(
+            f"- {c['arm']} at {Point.of(c)}: "
+            + "; ".join(
+                f"`{x['function'].split(':')[1]}` ({x['function'].split(':')[0]}) {x['seen']}" for x in c["inert"]
+            )
+            + f" (the numbers alone: {c.get('decision_measured') or 'no decision'})"
+            for c in inert
+        ),
+        "",
+    ]
+
+
+def _resolution(f: dict[str, Any], pooled: list[dict[str, Any]], target: Any) -> list[str]:
+    """What the design could resolve: the MDEs and interval half-widths over the pooled comparisons
+    (nothing where no comparison has an MDE)."""
+    mdes = [c["mde_pct"] for c in pooled if c.get("mde_pct") is not None]
+    hws = [
+        c["ci_half_width_pct"]
+        for c in pooled
+        if c.get("ci_half_width_pct") is not None and c.get("p_value") is not None
+    ]
+    if not mdes:
+        return []
+    return [
+        f"What this design could resolve: the decision rule calls changes of {min(mdes):.1f} to "
+        f"{max(mdes):.1f} % and more with 80 % power (MDE: at the family's strictest step, alpha "
+        f"{pooled[0].get('alpha_step') or f['alpha']:.3g}, and with the {f['min_effect_pct']:g} % min-effect "
+        f"condition, so never below it); 95 % intervals within +-{min(hws):.2f} to +-{max(hws):.2f} %. "
+        f'"Servers for MDE <= {num(target, "{:g}")} %": servers per arm, at this run\'s rounds, whose MDE '
+        "would be at most that (from the same model and rule).",
+        "",
+    ]
 
 
 # -- cells and their agreement ----------------------------------------------------------------------

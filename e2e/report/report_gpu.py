@@ -12,6 +12,8 @@ from e2e.report.tables import num
 from e2e.rundir.gpu_rows import cell_summary, describe
 from e2e.stats.bookends import TEST, server_flags, servers_without
 
+Throttled = dict[tuple[tuple[str, ...], tuple[int, ...]], list[str]]  # (reasons, rounds) -> the cells
+
 
 def _span(v: list[float] | None, fmt: str = "{:.0f}") -> str:
     if not v:
@@ -58,31 +60,9 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
     non-stationary server."""
     rows = list(cell_rows)
     out = []
-    throttled: dict[tuple[tuple[str, ...], tuple[int, ...]], list[str]] = {}  # (reasons, rounds) -> cells
+    throttled: Throttled = {}
     for r in rows:
-        g, s = r.get("gpu_state") or {}, cell_summary(r)
-        cid = r["cell_id"]
-        if s["counted_contaminated"]:
-            out.append(
-                f"{cid}: measured beside another process on its GPU and COUNTED "
-                f"(--gpu-exclusive {g.get('policy')}): {describe(g.get('foreign') or [])}"
-            )
-        for a in g.get("contaminated_attempts") or []:
-            out.append(
-                f"{cid}: attempt {a.get('attempt')} voided at '{a.get('at')}' (another process on the GPU: "
-                f"{describe(a.get('foreign') or [])}); its rows are kept, never counted"
-            )
-        if g.get("pre_start_foreign"):
-            out.append(f"{cid}: before its server started, the GPU held {describe(g['pre_start_foreign'])}")
-        if s["throttled_rounds"]:
-            throttled.setdefault((tuple(g.get("throttle_reasons") or []), tuple(s["throttled_rounds"])), []).append(cid)
-        if g.get("available") and g.get("own_seen") is False:
-            out.append(
-                f"{cid}: NVML listed none of the server's own processes on its GPU: other processes "
-                "may be invisible too (another pid namespace?)"
-            )
-        elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
-            out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
+        out += _cell_warnings(r, throttled)
     out += _unread(rows)
     states = [r.get("gpu_state") or {} for r in rows]
     blind = [g for g in states if g and not g.get("available") and g.get("policy") in ("retry", "fail")]
@@ -92,9 +72,43 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
             f"GPU state read in none of the {len(rows)} cell(s) ({reasons}): --gpu-exclusive "
             f"{blind[0].get('policy')} acted on nothing; another process on the GPU would not have been seen"
         )
-    # One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
-    # cell alike, and eight identical lines would hide the one cell that differs.
-    measured = [r["cell_id"] for r in rows if (r.get("gpu_state") or {}).get("samples")]
+    out += _throttled(throttled, [r["cell_id"] for r in rows if (r.get("gpu_state") or {}).get("samples")])
+    return out + _server_warnings(rows)
+
+
+def _cell_warnings(r: dict[str, Any], throttled: Throttled) -> list[str]:
+    """One cell's own lines; its throttled rounds are added to `throttled` (said once per pattern)."""
+    g, s = r.get("gpu_state") or {}, cell_summary(r)
+    cid = r["cell_id"]
+    out = []
+    if s["counted_contaminated"]:
+        out.append(
+            f"{cid}: measured beside another process on its GPU and COUNTED "
+            f"(--gpu-exclusive {g.get('policy')}): {describe(g.get('foreign') or [])}"
+        )
+    for a in g.get("contaminated_attempts") or []:
+        out.append(
+            f"{cid}: attempt {a.get('attempt')} voided at '{a.get('at')}' (another process on the GPU: "
+            f"{describe(a.get('foreign') or [])}); its rows are kept, never counted"
+        )
+    if g.get("pre_start_foreign"):
+        out.append(f"{cid}: before its server started, the GPU held {describe(g['pre_start_foreign'])}")
+    if s["throttled_rounds"]:
+        throttled.setdefault((tuple(g.get("throttle_reasons") or []), tuple(s["throttled_rounds"])), []).append(cid)
+    if g.get("available") and g.get("own_seen") is False:
+        out.append(
+            f"{cid}: NVML listed none of the server's own processes on its GPU: other processes "
+            "may be invisible too (another pid namespace?)"
+        )
+    elif g.get("available") and g.get("samples") and g.get("own_seen") is None:
+        out.append(f"{cid}: the GPU's processes could not be listed: another process would not have been seen")
+    return out
+
+
+def _throttled(throttled: Throttled, measured: list[str]) -> list[str]:
+    """One line per pattern, naming its cells: an H200 at its power cap throttles every round of every
+    cell alike, and eight identical lines would hide the one cell that differs."""
+    out = []
     for (why, rounds), cids in throttled.items():
         where = f"{cids[0]}: GPU throttled" if len(cids) == 1 else "GPU throttled"
         tail = "" if len(cids) == 1 else f" of {len(cids)} cells: {', '.join(cids)}"
@@ -104,6 +118,12 @@ def warnings(cell_rows: Iterable[dict[str, Any]]) -> list[str]:
             else ""
         )
         out.append(f"{where} ({', '.join(why)}) in timed round(s) {', '.join(map(str, rounds))}{tail}{alike}")
+    return out
+
+
+def _server_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """Per server: a bookend that says it drifted, or no bookend to say whether it did."""
+    out = []
     for key, b in server_flags(rows).items():
         if b["status"] == "non-stationary":
             out.append(

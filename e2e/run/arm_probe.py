@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from e2e.design.config import ArmCfg, Config
 from e2e.plugin.contract import BUILTIN_PATCHES, TARGET_FORM, WRAPS_ATTR
@@ -119,19 +120,9 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
     # The servers' PYTHONPATH (the plugin shim, this checkout, the arm's own): patches import from it.
     env = {**base, "PYTHONPATH": plugin_env(arm, Path(tempfile.gettempdir()), cfg)["PYTHONPATH"]}
     user = [p for p in arm.patches if p not in BUILTIN_PATCHES]
-    ask = {
-        "dists": VLLM_DISTS,
-        "builtins": [p for p in arm.patches if p in BUILTIN_PATCHES],
-        "user": user,
-        "gate_source": GATE_SOURCE,
-        "gate_def": GATE_DEF,
-        "mark": MARK,
-        "wraps_attr": WRAPS_ATTR,
-        "target_form": TARGET_FORM.pattern,
-    }
     try:
         r = subprocess.run(
-            [py, "-c", SCRIPT, json.dumps(ask)],
+            [py, "-c", SCRIPT, json.dumps(_question(arm))],
             env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -154,10 +145,32 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
         if user:  # the servers would import them in this interpreter: unchecked is not good enough
             out.problems.append(f"arms.{arm.name}.patches: cannot check {', '.join(user)}: {failed}")
         return out
-    got = json.loads(answer)
+    _read_answer(out, json.loads(answer), arm)
+    return out
+
+
+def _question(arm: ArmCfg) -> dict[str, Any]:
+    """What SCRIPT is asked: the vLLM distributions to look for, the arm's patches (the harness's own
+    and the user's) and how to check the ones a user wrote."""
+    return {
+        "dists": VLLM_DISTS,
+        "builtins": [p for p in arm.patches if p in BUILTIN_PATCHES],
+        "user": [p for p in arm.patches if p not in BUILTIN_PATCHES],
+        "gate_source": GATE_SOURCE,
+        "gate_def": GATE_DEF,
+        "mark": MARK,
+        "wraps_attr": WRAPS_ATTR,
+        "target_form": TARGET_FORM.pattern,
+    }
+
+
+def _read_answer(out: ArmProbe, got: dict[str, Any], arm: ArmCfg) -> None:
+    """The interpreter's answer into the probe: its vLLM, and a problem for a vLLM missing or older
+    than the harness drives (a run on it would fail at its first server, or drive a vLLM the recorder
+    and plugin were never read against) and for each patch that would not apply."""
+    py = out.python
     out.vllm = got["vllm"] or "not installed"
     out.wraps = got.get("wraps") or {}
-    # A run on it would fail at its first server (or drive a vLLM the recorder and plugin were never read against).
     version = release(got["vllm"]) if got["vllm"] else None
     oldest = ".".join(map(str, SUPPORTED_FROM))
     if not got["vllm"]:
@@ -170,4 +183,3 @@ def probe_arm(cfg: Config, arm: ArmCfg, timeout_s: float = PROBE_TIMEOUT_S) -> A
         why = got["patches"].get(name)
         if why:
             out.problems.append(f"arms.{arm.name}.patches: {name!r}: {why} ({py}, vLLM {out.vllm})")
-    return out

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.accuracy import command as gsm8k_step
+from e2e.accuracy import gsm8k_step
 from e2e.accuracy.tasks import FULL_SIZE
 from e2e.accuracy.unit import plan_units
 from e2e.design.config import ArmCfg, Config

@@ -191,7 +191,7 @@ class Runner:
             self._gpu_said = True
             gpu_state.preflight(probe, self.cfg.run.gpu_exclusive, self.progress.note)
         watch = gpu_state.ServerWatch(probe, self.cfg.run.gpu_exclusive, self.progress.note, self.gpu_wait_s)
-        watch.load_voided(self.store.cell_dir(key))
+        watch.read_voided(self.store.cell_dir(key))
         return watch
 
     def _cells_on(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import exits
-from e2e.accuracy import command as gsm8k_step
+from e2e.accuracy import gsm8k_step
 from e2e.design.config import (
     Config,
     batch_warnings,

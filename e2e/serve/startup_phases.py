@@ -125,84 +125,103 @@ def _gap(a: datetime | None, b: datetime | None) -> float | None:
     return (b - a).total_seconds()
 
 
+_MARKERS = ("banner", "engine", "worker", "capture_end", "init_end", "api_ready")
+
+
 def parse(log: str | bytes | None) -> dict[str, Any]:
     """The phases of the last start in one server log, as a dict with exactly KEYS."""
     if isinstance(log, (bytes, bytearray)):
         log = bytes(log).decode("utf-8", errors="replace")
     if not isinstance(log, str):
         log = ""
-    log = _ANSI.sub("", log.replace("\x00", ""))
-    starts = _split_starts(log)
-    out: dict[str, Any] = dict.fromkeys(KEYS)
-    out["starts_in_log"] = sum(1 for s in starts if s and s[0].startswith("# argv:"))
-    found: set[str] = set()
-    clock = _Clock()
-    t: dict[str, datetime | None] = dict.fromkeys(
-        ("banner", "engine", "worker", "capture_end", "init_end", "api_ready")
-    )
-    durations: dict[str, list[float]] = {k: [] for k in _DURATIONS}
-    hit = miss = False
-    banner_version = engine_version = None
-
+    starts = _split_starts(_ANSI.sub("", log.replace("\x00", "")))
+    start = _StartReader()
     for line in starts[-1]:
+        start.read(line)
+    out = start.result()
+    out["starts_in_log"] = sum(1 for s in starts if s and s[0].startswith("# argv:"))
+    return out
+
+
+class _StartReader:
+    """One start's lines, read in order: the markers' first timestamps, vLLM's own durations, the
+    versions it names and the compile cache's lines."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, Any] = dict.fromkeys(KEYS)
+        self.found: set[str] = set()
+        self.clock = _Clock()
+        self.t: dict[str, datetime | None] = dict.fromkeys(_MARKERS)
+        self.durations: dict[str, list[float]] = {k: [] for k in _DURATIONS}
+        self.hit = self.miss = False
+        self.banner_version: str | None = None
+        self.engine_version: str | None = None
+
+    def read(self, line: str) -> None:
         m = _LINE.match(line)
-        ts = clock.at(m) if m else None
+        ts = self.clock.at(m) if m else None
         msg = m.group("msg") if m else line
         pm = _PROC.match(line)
         proc = (pm.group("proc") if pm else "") or ""
-
         banner = _VERSION.search(msg) if m else None
         engine = _ENGINE.search(msg)
-        if banner and banner_version is None:
-            banner_version = banner.group(1)
-        if engine and engine.group(1) and engine_version is None:
-            engine_version = engine.group(1)
+        if banner and self.banner_version is None:
+            self.banner_version = banner.group(1)
+        if engine and engine.group(1) and self.engine_version is None:
+            self.engine_version = engine.group(1)
         if ts is not None:
-            if t["banner"] is None and (banner or "non-default args" in msg):
-                t["banner"] = ts
-            if t["engine"] is None and (proc.startswith("EngineCore") or engine):
-                t["engine"] = ts
-            if t["worker"] is None and ("Worker" in proc or "distributed_init_method=" in msg):
-                t["worker"] = ts
-            if t["api_ready"] is None and any(k in msg for k in _API_READY):
-                t["api_ready"] = ts
+            self._mark(ts, msg, proc, banner is not None, engine is not None)
         for key, rx in _DURATIONS.items():
             d = rx.search(msg)
             if d:
-                durations[key].append(float(d.groups()[-1]))
+                self.durations[key].append(float(d.groups()[-1]))
                 if key == "graph_capture_s" and ts is not None:
-                    t["capture_end"] = ts
+                    self.t["capture_end"] = ts
         ie = _INIT_END.search(msg)
         if ie:
-            out["engine_init_s"] = float(ie.group(1))
-            out["engine_compile_s"] = float(ie.group(2)) if ie.group(2) else None
-            t["init_end"] = ts
-            found.add("init_end")
+            self.out["engine_init_s"] = float(ie.group(1))
+            self.out["engine_compile_s"] = float(ie.group(2)) if ie.group(2) else None
+            self.t["init_end"] = ts
+            self.found.add("init_end")
         cd = _CACHE_DIR.search(msg)
-        if cd and out["compile_cache_dir"] is None:
-            out["compile_cache_dir"] = cd.group(1)
-            found.add("compile_cache_dir")
-        hit = hit or any(k in msg for k in _HIT)
-        miss = miss or any(k in msg for k in _MISS)
+        if cd and self.out["compile_cache_dir"] is None:
+            self.out["compile_cache_dir"] = cd.group(1)
+            self.found.add("compile_cache_dir")
+        self.hit = self.hit or any(k in msg for k in _HIT)
+        self.miss = self.miss or any(k in msg for k in _MISS)
 
-    # the engine's own line names the version unambiguously; the banner is the fallback
-    out["vllm_version"] = engine_version or banner_version
-    for key, vals in durations.items():
-        if vals:
-            out[key] = max(vals)
-            found.add(key.removesuffix("_s"))
-    if hit or miss:
-        out["compile_cache"] = "partial" if hit and miss else "hit" if hit else "miss"
-        found.add("compile_cache_" + out["compile_cache"])
-    found.update(k for k, v in t.items() if v is not None)
-    out["api_to_engine_s"] = _gap(t["banner"], t["engine"])
-    out["engine_to_worker_s"] = _gap(t["engine"], t["worker"])
-    out["worker_to_init_end_s"] = _gap(t["worker"], t["init_end"])
-    out["init_end_to_api_s"] = _gap(t["init_end"], t["api_ready"])
-    out["total_logged_s"] = _gap(t["banner"], t["api_ready"])
-    out["after_capture_s"] = _gap(t["capture_end"], t["init_end"])
-    out["found"] = sorted(found)
-    return out
+    def _mark(self, ts: datetime, msg: str, proc: str, banner: bool, engine: bool) -> None:
+        """The first timestamp of each phase boundary the line stands for."""
+        t = self.t
+        if t["banner"] is None and (banner or "non-default args" in msg):
+            t["banner"] = ts
+        if t["engine"] is None and (proc.startswith("EngineCore") or engine):
+            t["engine"] = ts
+        if t["worker"] is None and ("Worker" in proc or "distributed_init_method=" in msg):
+            t["worker"] = ts
+        if t["api_ready"] is None and any(k in msg for k in _API_READY):
+            t["api_ready"] = ts
+
+    def result(self) -> dict[str, Any]:
+        out, found, t = self.out, self.found, self.t
+        # the engine's own line names the version unambiguously; the banner is the fallback
+        out["vllm_version"] = self.engine_version or self.banner_version
+        for key, vals in self.durations.items():
+            if vals:
+                out[key] = max(vals)
+                found.add(key.removesuffix("_s"))
+        if self.hit or self.miss:
+            out["compile_cache"] = "partial" if self.hit and self.miss else "hit" if self.hit else "miss"
+            found.add("compile_cache_" + out["compile_cache"])
+        found.update(k for k, v in t.items() if v is not None)
+        out["api_to_engine_s"] = _gap(t["banner"], t["engine"])
+        out["engine_to_worker_s"] = _gap(t["engine"], t["worker"])
+        out["worker_to_init_end_s"] = _gap(t["worker"], t["init_end"])
+        out["init_end_to_api_s"] = _gap(t["init_end"], t["api_ready"])
+        out["total_logged_s"] = _gap(t["banner"], t["api_ready"])
+        out["after_capture_s"] = _gap(t["capture_end"], t["init_end"])
+        out["found"] = sorted(found)
+        return out
 
 
 def from_log_file(path: str | Path) -> dict[str, Any]:

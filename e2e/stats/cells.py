@@ -1,6 +1,6 @@
 """Per-cell statistics of decode ms per token. Pure: numbers in, numbers out, no I/O.
 
-What the answers mean (README.md, "Statistics", says it at length):
+What the answers mean (docs/statistics/index.md says it at length):
 
 * A cell is one server at one depth. Its estimate is e2e.stats.estimate's differenced medians,
   (median Y_long - median Y_short) / (long - short) in ms per token, Y under the run's estimator
@@ -25,19 +25,18 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from e2e.rundir.rows import Row
+from e2e.stats.bootstrap import bootstrap_estimates, paired_bootstrap, percentile_ci
 from e2e.stats.estimate import CLIENT, differenced_ms, request_value
 
 SCHEMA_VERSION = 1  # of every result file written from these statistics
 LEVEL = 0.95  # confidence level of every interval
 MIN_ROUNDS_FOR_CI = 5  # fewer usable rounds: no cell interval (a bootstrap of 4 medians is noise)
 MIN_VALID_ROWS = 3  # per output length; fewer: "too few valid rows"
-N_BOOT = 2000
 SEED = 20261129  # fixed: intervals are reproducible from the rows
 CV_WARN = 0.10  # per-round spread >= 10 % of the estimate (pyperf's std >= 10 % of mean)
 OUTLIER_Z = 3.5  # robust z (0.6745 * |x - median| / MAD) beyond which a round is an outlier
@@ -112,55 +111,6 @@ def round_values(
     long_ = np.array([by_round[k].get(n_long, np.nan) for k in keys], dtype=float)
     short = np.array([by_round[k].get(n_short, np.nan) for k in keys], dtype=float)
     return long_, short
-
-
-def bootstrap_estimates(
-    long_s: np.ndarray, short_s: np.ndarray, n_long: int, n_short: int, n_boot: int = N_BOOT, seed: int = SEED
-) -> np.ndarray:
-    """Bootstrap replicates of the differenced estimate (ms/token), resampling whole rounds.
-    Replicates whose resample holds no valid long or no valid short row are dropped."""
-    k = len(long_s)
-    if k == 0:
-        return np.array([])
-    idx = np.random.default_rng(seed).integers(0, k, size=(n_boot, k))
-    # without NaNs a sort gives np.nanmedian's answer exactly, at a twentieth of the cost
-    med = _row_median if np.isfinite(long_s).all() and np.isfinite(short_s).all() else np.nanmedian
-    with np.errstate(all="ignore"), _quiet_nan():
-        ml = med(long_s[idx], axis=1)
-        ms = med(short_s[idx], axis=1)
-    b = (ml - ms) / (n_long - n_short) * 1e3
-    kept: np.ndarray = b[np.isfinite(b)]
-    return kept
-
-
-def _row_median(x: np.ndarray, axis: int = 1) -> np.ndarray:
-    """np.median along rows of a 2-D array (same values: the middle one, or the mean of the two)."""
-    s = np.sort(x, axis=axis)
-    k = s.shape[1]
-    mid: np.ndarray = s[:, k // 2] if k % 2 else (s[:, k // 2 - 1] + s[:, k // 2]) / 2
-    return mid
-
-
-class _quiet_nan:
-    """np.nanmedian warns on all-NaN rows; those replicates are dropped anyway."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._w.__exit__(kind, exc, tb)
-
-
-def percentile_ci(samples: np.ndarray, level: float = LEVEL) -> tuple[float, float] | None:
-    if samples.size == 0:
-        return None
-    a = (1 - level) / 2
-    lo, hi = np.quantile(samples, [a, 1 - a])
-    return float(lo), float(hi)
 
 
 def robust_outliers(x: np.ndarray, z: float = OUTLIER_Z) -> np.ndarray:
@@ -298,18 +248,8 @@ def cell_stats(
         warnings.append(f"too few valid rows ({vl.size} long, {vs.size} short; want >= {MIN_VALID_ROWS})")
     if n_invalid:
         warnings.append(f"{n_invalid} invalid row(s) left out")
-    boot = np.array([])
-    ci = None
-    if est is not None and int(both.sum()) >= MIN_ROUNDS_FOR_CI:
-        boot = bootstrap_estimates(long_s, short_s, n_long, n_short, seed=seed)
-        ci = percentile_ci(boot, level)
-    elif est is not None:
-        warnings.append(f"no interval: {int(both.sum())} usable round(s), need {MIN_ROUNDS_FOR_CI}")
-    cv = None
-    if per_round.size >= 2 and np.mean(per_round) != 0:
-        cv = float(np.std(per_round, ddof=1) / abs(np.mean(per_round)))
-        if cv >= CV_WARN:
-            warnings.append(f"spread too wide: per-round CV {100 * cv:.1f} % (>= {100 * CV_WARN:.0f} %)")
+    boot, ci = _interval(est, long_s, short_s, n_long, n_short, level, seed, warnings)
+    cv = _spread(per_round, warnings)
     out = robust_outliers(per_round)
     rounds_used = np.flatnonzero(both)
     outlier_rounds = [int(rounds_used[i]) for i in out]
@@ -343,6 +283,37 @@ def cell_stats(
     return cs
 
 
+def _interval(
+    est: float | None,
+    long_s: np.ndarray,
+    short_s: np.ndarray,
+    n_long: int,
+    n_short: int,
+    level: float,
+    seed: int,
+    warnings: list[str],
+) -> tuple[np.ndarray, tuple[float, float] | None]:
+    """The bootstrap replicates and percentile interval, where there are enough paired rounds for
+    one; else none, and a warning saying so (when there is an estimate to want one for)."""
+    usable = int((np.isfinite(long_s) & np.isfinite(short_s)).sum())
+    if est is not None and usable >= MIN_ROUNDS_FOR_CI:
+        boot = bootstrap_estimates(long_s, short_s, n_long, n_short, seed=seed)
+        return boot, percentile_ci(boot, level)
+    if est is not None:
+        warnings.append(f"no interval: {usable} usable round(s), need {MIN_ROUNDS_FOR_CI}")
+    return np.array([]), None
+
+
+def _spread(per_round: np.ndarray, warnings: list[str]) -> float | None:
+    """The per-round CV (None under two rounds or a zero mean), with a warning at CV_WARN and over."""
+    if per_round.size < 2 or np.mean(per_round) == 0:
+        return None
+    cv = float(np.std(per_round, ddof=1) / abs(np.mean(per_round)))
+    if cv >= CV_WARN:
+        warnings.append(f"spread too wide: per-round CV {100 * cv:.1f} % (>= {100 * CV_WARN:.0f} %)")
+    return cv
+
+
 def _check_against_server(cs: CellStats, rows: Sequence[Row]) -> None:
     """The server's own decode time differenced the same way, and whether the estimate is far from it."""
 
@@ -373,8 +344,8 @@ def _check_against_client(
     cs.client_gap = (cs.client_estimate - cs.estimate) / cs.estimate
     same = np.isfinite(cl) & np.isfinite(cs_) & np.isfinite(long_s) & np.isfinite(short_s)
     if same.sum() >= MIN_ROUNDS_FOR_CI:
-        bc = _paired_boot(cl[same], cs_[same], cs.n_long, cs.n_short, seed)
-        be = _paired_boot(long_s[same], short_s[same], cs.n_long, cs.n_short, seed)
+        bc = paired_bootstrap(cl[same], cs_[same], cs.n_long, cs.n_short, seed)
+        be = paired_bootstrap(long_s[same], short_s[same], cs.n_long, cs.n_short, seed)
         cs.client_gap_sd = float(np.std(bc - be, ddof=1)) / cs.estimate
     tol = max(AGREE_PCT / 100, AGREE_SD * (cs.client_gap_sd or 0.0))
     cs.client_agrees = abs(cs.client_gap) <= tol
@@ -385,14 +356,6 @@ def _check_against_client(
             "between the long and the short requests (queueing counted as prefill, or a /metrics "
             "delta that caught another request)"
         )
-
-
-def _paired_boot(long_s: np.ndarray, short_s: np.ndarray, n_long: int, n_short: int, seed: int) -> np.ndarray:
-    """Bootstrap replicates without dropping any (same length and seed: the same resampled rounds)."""
-    k = len(long_s)
-    idx = np.random.default_rng(seed).integers(0, k, size=(N_BOOT, k))
-    b: np.ndarray = (_row_median(long_s[idx]) - _row_median(short_s[idx])) / (n_long - n_short) * 1e3
-    return b
 
 
 def target_ci_stop_rule(cfg: Any) -> Callable[[list[dict[str, Any]]], bool] | None:

@@ -16,7 +16,7 @@ spellings (the estimators; the run's manifest and report name the one that decid
   H200) is most of the noise of a 64-vs-8 difference. Subtracting each request's own prefill keeps
   what the client waits for after the first token, decode and HTTP included, and removes that
   jitter: on the committed H200 rows a 32K cell's 95 % interval went from +-1.3-2.1 % to
-  +-0.3-0.5 % (README, "The estimator").
+  +-0.3-0.5 % (docs/concepts/estimator.md).
 
 The server's own decode time is differenced the same way and reported beside both. Pure: rows in,
 numbers out. Intervals and decisions live in stats.py and verdicts.py.

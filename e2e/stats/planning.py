@@ -8,7 +8,7 @@ a textbook test:
   estimated ratio is at least min_effect away from 1. The estimate is normal with the true se; the
   estimated se is se * sqrt(chi2_df / df) (Satterthwaite's df), independent of it: power is the
   average over that distribution (quadrature at 200 quantiles), so it holds for the small df of
-  2 + 2 servers too. Checked by simulation in the conformance suite (README table).
+  2 + 2 servers too. Checked by simulation in the conformance suite (docs/statistics/conformance.md).
 * mde_pct: the smallest change called with 80 % power. It is always above min_effect (a true
   change equal to min_effect is called at most half the time).
 * predict(): the variance and df of each comparison for a design not yet run (k servers per arm,

@@ -344,9 +344,7 @@ def compare(
         raise ValueError(f"max_accuracy_drop must be in [0, 1), got {max_accuracy_drop}")
     pairs = pair_up(a, b)
     n = len(pairs)
-    both = sum(1 for x, y in pairs if x.correct and y.correct)
-    a_only = sum(1 for x, y in pairs if x.correct and not y.correct)
-    b_only = sum(1 for x, y in pairs if not x.correct and y.correct)
+    both, a_only, b_only = _paired_table(pairs)
     neither = n - both - a_only - b_only
     conf = 1 - alpha
     z2 = float(stats.norm.ppf(1 - alpha / 2))
@@ -356,12 +354,7 @@ def compare(
     psi = (a_only + b_only) / n
     need = questions_needed(max_accuracy_drop, alpha, 0.80, psi) if max_accuracy_drop > 0 else None
     reasons = _reasons(ni, n, a_only, b_only, max_accuracy_drop, conf, m_min, need)
-    notes = []
-    if p < alpha:
-        notes.append(
-            f"exact McNemar p = {p:.3g} < {alpha:g}: accuracy differs ({a_only} right only "
-            f"under A, {b_only} only under B); the verdict is the non-inferiority test"
-        )
+    notes = _mcnemar_notes(p, alpha, a_only, b_only)
     return {
         "n": n,
         "a": accuracy_block(both + a_only, n, conf, interval),
@@ -387,6 +380,24 @@ def compare(
         "reasons": reasons,
         "notes": notes,
     }
+
+
+def _paired_table(pairs: list[tuple[Answer, Answer]]) -> tuple[int, int, int]:
+    """The paired 2x2 table's cells that carry counts: right under both arms, under A only, under B only."""
+    both = sum(1 for x, y in pairs if x.correct and y.correct)
+    a_only = sum(1 for x, y in pairs if x.correct and not y.correct)
+    b_only = sum(1 for x, y in pairs if not x.correct and y.correct)
+    return both, a_only, b_only
+
+
+def _mcnemar_notes(p: float, alpha: float, a_only: int, b_only: int) -> list[str]:
+    """McNemar's test, said where it finds a difference: a note beside the verdict, which it does not decide."""
+    if p >= alpha:
+        return []
+    return [
+        f"exact McNemar p = {p:.3g} < {alpha:g}: accuracy differs ({a_only} right only "
+        f"under A, {b_only} only under B); the verdict is the non-inferiority test"
+    ]
 
 
 def _reasons(

@@ -1,6 +1,6 @@
 """Between-arm comparisons of decode ms per token, and the decisions drawn from them. Pure, no I/O.
 
-The model (README.md, "Between arms", says it at length):
+The model (docs/statistics/between-arms.md says it at length):
 
 * One cell = one server at one depth; servers are the replicates, never requests. Across server
   starts the same setup moved by 16 % (CPU) to 0.2 % (H200), so the server's variance is estimated
@@ -33,7 +33,8 @@ from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.stats import planning
 from e2e.stats import variance_model as vm
-from e2e.stats.cells import LEVEL, SEED, CellStats, percentile_ci
+from e2e.stats.bootstrap import percentile_ci
+from e2e.stats.cells import LEVEL, SEED, CellStats
 
 SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE = "slower", "faster", "equivalent", "inconclusive"
 INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient data"

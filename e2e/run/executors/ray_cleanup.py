@@ -31,7 +31,7 @@ def exposure_warnings(started_cluster: bool, security: dict[str, Any]) -> list[s
     if security.get("auth") != "token":
         out.append(
             f"warning: Ray traffic is not authenticated (auth {security.get('auth')}): anyone who "
-            "can reach the cluster's ports can run code on it (README: --executor ray)"
+            "can reach the cluster's ports can run code on it (docs/guides/ray.md, Security)"
         )
     return out
 
