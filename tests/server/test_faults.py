@@ -27,8 +27,6 @@ from e2e.serve.server import port_in_use
 from tests.support import ROOT, write_config
 from tests.support.procs import tagged_processes, wait_for_line
 
-pytestmark = pytest.mark.server
-
 
 def start(cfg: Path, out: Path, run_id: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
@@ -71,7 +69,7 @@ def api_server(run: Path) -> psutil.Process:
 
 
 # 5 min of server starts: behind `slow` for CI's time; a SIGKILLed harness and its server are in
-# tests/test_orphans.py, a voided attempt measured again in tests/test_gpu_state.py (both in CI)
+# tests/guarantees/test_orphans.py, a voided attempt measured again in tests/unit/gpu/test_gpu_state.py (both in CI)
 @pytest.mark.slow
 def test_sigkill_mid_cell_retries_then_fails_and_the_run_goes_on(tmp_path):
     # One server for the three depths (per-arm-pass): each cell still gets its own retry, and a

@@ -12,7 +12,7 @@ from tests.support import write_config
 from tests.support.orphans import HF_TOKEN, kill_all, manifest, secrets_in, start_harness, start_run
 from tests.support.procs import tagged_processes, wait_for_line
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def test_a_real_server_left_by_a_sigkilled_harness_is_stopped_by_resume(tmp_path, smollm2):

@@ -20,9 +20,8 @@ from e2e.rundir.store import read_jsonl
 from e2e.serve import launch
 from e2e.serve.launch import server_spec
 from e2e.serve.server import ServerFailure, VllmServer
-from tests.test_plugin_unit import make_second_venv
+from tests.unit.plugin.test_plugin import make_second_venv
 
-pytestmark = pytest.mark.server
 STARTUP_S = 1200  # the 2-core machine is shared: a start has taken 30 s alone and 330 s under load
 MARKER_TOKEN = 28  # SmolLM2's ","
 

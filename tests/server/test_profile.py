@@ -11,8 +11,6 @@ import pytest
 from e2e.cli import main
 from e2e.rundir.store import read_jsonl
 
-pytestmark = pytest.mark.server
-
 CONFIG = """
 name = "profile-cpu"
 [model]

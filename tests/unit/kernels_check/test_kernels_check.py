@@ -1,7 +1,7 @@
 """CPU tests of kernels_check: reference, paging, scoring, fault bookkeeping, report, CLI errors.
 
 The GPU part (vLLM's dispatch, FA3, timing) runs in scripts/gpu/kernels_full.sh; the whole run with
-stand-in kernels is tests/test_kernels_check_run.py. Here a small cache reader written in torch
+stand-in kernels is tests/unit/kernels_check/test_kernels_check_run.py. Here a small cache reader written in torch
 (tests/support/kernel_standins.read_rocm) stands in for a kernel where a test needs a kernel's output:
 it reads through vLLM's ROCm cache layout tile by tile, once with the K/V load mask (as vLLM 0.26.0's
 kernel_paged_attention_2d does) and once without it (the defect vllm#53856 describes).

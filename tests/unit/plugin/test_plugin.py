@@ -28,9 +28,8 @@ from e2e.errors import UserError
 from e2e.plugin import hooks, instrument, patches, recorder
 from e2e.rundir import routing as folding
 from e2e.serve import launch
-from tests.support import kernel_standins, vllm_excerpts
+from tests.support import ROOT, kernel_standins, vllm_excerpts
 
-ROOT = Path(__file__).resolve().parent.parent
 VENV_GATE = Path(sysconfig.get_paths()["purelib"]) / "vllm" / "platforms" / "rocm.py"
 
 
@@ -542,7 +541,7 @@ def test_slow_decode_patch_delays_only_calls_that_run_tokens(monkeypatch):
 
 
 def test_slow_decode_patch_can_switch_its_delay_on_after_n_steps(monkeypatch, capsys):
-    """The bookends' step (test_bookends_server.py): no delay for the first N steps that run tokens."""
+    """The bookends' step (tests/server/test_bookends.py): no delay for the first N steps that run tokens."""
     from types import SimpleNamespace
 
     cpu_model_runner = pytest.importorskip("vllm.v1.worker.cpu_model_runner")

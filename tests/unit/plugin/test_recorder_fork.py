@@ -20,7 +20,7 @@ import pytest
 from e2e.design.config import ArmCfg
 from e2e.plugin import contract as pc
 from e2e.rundir import routing
-from tests.test_recorder_versions import FAKE_ATTENTION, NEW_LAYOUT, ROOT, RUNNER_OK, V1_RUNNER, _fake_vllm
+from tests.unit.plugin.test_recorder_versions import FAKE_ATTENTION, NEW_LAYOUT, ROOT, RUNNER_OK, V1_RUNNER, _fake_vllm
 
 # The parent poses as vLLM's API server (register() at start); the child as its engine core, which
 # builds the layers and runs the steps. import_first: the parent imports the attention layer's module

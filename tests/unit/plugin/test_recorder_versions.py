@@ -20,9 +20,7 @@ import pytest
 from e2e.design.config import ArmCfg
 from e2e.plugin import contract as pc
 from e2e.rundir import routing
-from tests.support import vllm_excerpts
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, vllm_excerpts
 
 FAKE_CONFIG = """
 from types import SimpleNamespace as NS

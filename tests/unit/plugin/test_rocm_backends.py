@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from e2e.plugin import targets
+from tests.support import ROOT
 from tests.support import vllm_excerpts as ex
 
 VENV = Path(sysconfig.get_paths()["purelib"])
@@ -238,7 +239,7 @@ def test_the_reference_arguments_reach_the_gate_on_every_release():
     # configs/gemma3-27b-it-w4a16-tp2.toml passes them; docs/concepts/rocm-backends.md says why.
     from e2e.design.config import load_config
 
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "gemma3-27b-it-w4a16-tp2.toml")
+    cfg = load_config(ROOT / "configs" / "gemma3-27b-it-w4a16-tp2.toml")
     for v in targets.ROCM_RELEASES:
         version = ".".join(map(str, v))
         for arm in cfg.arms:

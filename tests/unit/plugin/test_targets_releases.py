@@ -140,7 +140,7 @@ def test_attention_forward_is_called_the_way_the_recorder_reads_it(rel):
 @pytest.mark.parametrize("rel", RELEASES, ids=IDS)
 def test_the_gate_is_looked_up_at_each_call(rel):
     # The patch replaces the module attribute; that takes effect only because the dispatch imports
-    # the gate inside the function, on every call (the widening itself: tests/test_plugin_unit.py).
+    # the gate inside the function, on every call (the widening itself: tests/unit/plugin/test_plugin.py).
     src = rel.get("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "chunked_prefill_paged_decode")
     fn = ast.parse(src).body[0]
     inner = [n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom) and n.module == patches.GATE_MODULE]

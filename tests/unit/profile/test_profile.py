@@ -15,8 +15,9 @@ from e2e.profile.trace import TraceError, read_events, read_totals, totals
 from e2e.rundir.formats import profile_row
 from e2e.serve.profiler_args import ENV, FLAG, configured_by_user, with_profiler
 from e2e.serve.server import ServerSpec
+from tests.support import ROOT
 
-DATA = Path(__file__).parent / "data"
+DATA = ROOT / "tests" / "data"
 REAL = DATA / "vllm032-cpu-one-decode-step.pt.trace.json.gz"
 
 

@@ -6,6 +6,7 @@ another machine) is not credited to the cache."""
 
 from e2e.analysis.wall_clock import wall_clock_sessions
 from e2e.report.md_facts import _gpu_time
+from tests.support import ROOT
 
 
 def _row(cid: str, finished: str) -> dict:
@@ -76,11 +77,10 @@ def test_the_start_table_credits_the_cache_only_with_starts_that_hit_it():
     """The committed 0.23.0 H200 run: stock's second server ran cold on another machine after a
     resume (its log says the cache missed, 164.5 s against the first's 128.5 s): no saving is
     claimed for stock; widened's warm start (hit) saved 56.4 s."""
-    from pathlib import Path
 
     from e2e.analysis.run_analysis import RunAnalysis
 
-    run = Path(__file__).resolve().parents[1] / "results" / "h200-vllm023-tp1"
+    run = ROOT / "results" / "h200-vllm023-tp1"
     rows = {r["arm"]: r for r in RunAnalysis(run).startup_table()}
     assert rows["stock"]["later_cache_misses"] == 1 and rows["stock"]["saved_per_start_s"] is None
     assert round(rows["stock"]["later_median_s"], 1) == 164.5

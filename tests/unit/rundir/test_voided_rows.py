@@ -1,6 +1,6 @@
 """A voided attempt's request rows say so themselves (`voided`, `valid: false`): a reader filtering on
 `valid` never counts them. Older folders, without the mark, keep the attempt match. The run loop's
-voids on a real retry are asserted in tests/test_gpu_state.py."""
+voids on a real retry are asserted in tests/unit/gpu/test_gpu_state.py."""
 
 from __future__ import annotations
 

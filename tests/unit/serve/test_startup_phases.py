@@ -3,15 +3,14 @@ request lines dropped), values read off the logs by hand; plus fuzzing that pars
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from e2e.serve import startup_phases as sp
+from tests.support import ROOT
 
-DATA = Path(__file__).parent / "data"
+DATA = ROOT / "tests" / "data"
 COLD = DATA / "vllm026-h200-tp2-cold.log"  # results/h200-plugin-proof/logs/p1-fa.a0.log
 TWO = DATA / "vllm026-h200-tp2-two-starts-cache-hit.log"  # .../p1-rocm-widened.a0.log
 CPU = DATA / "vllm032-cpu-eager.log"  # results/cpu-demo/logs/p1-d256-stock.a0.log

