@@ -17,7 +17,7 @@ from tests.support.executor_standin import cluster, harness, manifest, standin, 
 
 pytest.importorskip("ray")
 # Its own two-node cluster (~40 s here): beyond CI's budget beside the other Ray tests. The driver's
-# decision alone is tested fast in test_gpu_state.py (test_a_busy_slot_hands_its_groups_to_other_slots).
+# decision alone is tested fast in tests/unit/gpu/test_gpu_state.py (test_a_busy_slot_hands_its_groups_to_other_slots).
 pytestmark = pytest.mark.slow
 FAKE = str(ROOT / "tests" / "support" / "fake_nvml.py")
 

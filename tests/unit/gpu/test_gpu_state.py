@@ -403,7 +403,7 @@ def test_a_pid_this_host_cannot_see_is_foreign_and_says_why(nvml):
 
 
 def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(tmp_path):
-    """How a Ray worker gets the fake (test_gpu_state_ray.py): E2E_FAKE_NVML names the file."""
+    """How a Ray worker gets the fake (tests/ray/test_gpu_state_ray.py): E2E_FAKE_NVML names the file."""
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"gpus": 2, "events": [{"gpu": 1, "foreign": [{"pid": 1}]}]}))
     code = (
@@ -419,7 +419,7 @@ def test_the_fake_can_stand_in_through_the_environment_seam_for_other_processes(
     assert out.stdout.strip() == "nvml [1]"
 
 
-# -- the Ray driver's side (the node side, on a real Ray cluster: test_gpu_state_ray.py, slow) ----------
+# -- the Ray driver's side (the node side, on a real Ray cluster: tests/ray/test_gpu_state_ray.py, slow) ----------
 def test_a_busy_slot_hands_its_groups_to_other_slots_and_the_run_stops_when_none_is_left(monkeypatch):
     """The driver's decision on a task that raised GpuBusy on its node (no cluster: the decision only)."""
     pytest.importorskip("ray")

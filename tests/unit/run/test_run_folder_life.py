@@ -3,7 +3,7 @@ however the run ends (done, crashed, interrupted), the stand-alone gsm8k folder 
 a later command reuses it); an optional dependency that is missing is found before a run folder or
 a server exists and names its extra; every entry point ends by one exit-status rule
 (e2e/exits.py), kernels_check included. The cells are replaced where a server would only cost time
-(the run loop is tested against real servers in test_e2e_cpu.py)."""
+(the run loop is tested against real servers in tests/server/test_e2e_cpu.py)."""
 
 from __future__ import annotations
 

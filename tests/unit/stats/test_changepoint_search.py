@@ -1,6 +1,6 @@
 """The change-point search that scales (e2e/stats/changepoints.py): a cheap scan picks the splits the
 variance model tests, a test reads the runs nearest its split, and a stretch without a step is said
-to hold still only when the splits it doubts most are shown equivalent. (Rates: test_conformance.py;
+to hold still only when the splits it doubts most are shown equivalent. (Rates: tests/unit/validation/test_conformance.py;
 the timing on 100 to 1000 runs: `python -m e2e.validation.bench_changepoints`, not a test.)"""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """e2e.stats.planning: the decision rule's power by an independent Monte Carlo, the MDE and
 servers-needed pair, predictions against a fit's own algebra, and the adaptive allocation against a
-brute-force search. Rates over whole simulated runs: test_conformance.py."""
+brute-force search. Rates over whole simulated runs: tests/unit/validation/test_conformance.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The paired gsm8k statistics (e2e/stats/signoff.py) on constructed cases, against hand-computed values,
-scipy, and exact enumeration (rates over simulated runs: test_conformance.py)."""
+scipy, and exact enumeration (rates over simulated runs: tests/unit/validation/test_conformance.py)."""
 
 from __future__ import annotations
 

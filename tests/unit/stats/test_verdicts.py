@@ -1,5 +1,5 @@
 """e2e.stats.verdicts and e2e.stats.changepoints on constructed cells: figures checked against scipy (t tests,
-noncentral t) and against hand values. Rates over many simulated runs: test_conformance.py."""
+noncentral t) and against hand values. Rates over many simulated runs: tests/unit/validation/test_conformance.py."""
 
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ def test_bad_alpha_is_a_user_error(alpha):
         v.decide_family([], alpha)
 
 
-# -- change points (rates over many series: test_conformance.py) ----------------------------------
+# -- change points (rates over many series: tests/unit/validation/test_conformance.py) ----------------------------------
 def _series(levels, k=4, spread=0.02, seed=0):
     rng = np.random.default_rng(seed)
     return [list(np.log(lv) + rng.normal(0, spread, k)) for lv in levels]
