@@ -1,7 +1,7 @@
 """Shared test support, in one place: the project root and assets, the config copier, the fields
 every row has (this file); constructed rows and run folders (synthetic.py); processes a run
 started (procs.py); the stand-in servers of the hardening and executor tests (hardening.py,
-executor_standin.py). Fixtures are in tests/conftest.py."""
+executor_standin.py). Fixtures are in tests/conftest.py, the served model's in tests/server/conftest.py."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def have_vllm() -> bool:
 
 
 def write_config(path: Path, base: str = "configs/cpu-demo.toml", **sections) -> Path:
-    """A copy of a config with some tables replaced/extended (tests keep servers tiny)."""
+    """A copy of a config with some tables replaced/extended (tests keep servers tiny). It serves the real
+    SmolLM2: for tests/server/ only (tests/guarantees/test_tiers.py)."""
     import tomllib
 
     import tomli_w
