@@ -31,8 +31,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def tier(path: Path) -> str:
-    """The first folder under tests/ ("server", "ray", "unit", "guarantees"), "" for the root."""
-    parts = Path(path).resolve().relative_to(TESTS).parts
+    """The first folder under tests/ ("server", "ray", "unit", "guarantees"), "" for the root and
+    for tests kept elsewhere (maintainers' tools keep theirs beside them)."""
+    resolved = Path(path).resolve()
+    if TESTS not in resolved.parents:
+        return ""
+    parts = resolved.relative_to(TESTS).parts
     return parts[0] if len(parts) > 1 else ""
 
 

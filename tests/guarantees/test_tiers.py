@@ -127,6 +127,7 @@ def test_the_checks_see_a_server_test_and_a_hand_written_marker():
     assert _server_only_uses(server_test) == {"smollm2", "write_config"}
     assert _marks(server_test) == {"server"}
     assert tier(TESTS / "unit" / "run" / "test_x.py") == "unit" and tier(TESTS / "test_x.py") == ""
+    assert tier(ROOT / "maintainers" / "tests" / "test_x.py") == ""  # tests kept outside tests/
 
 
 @pytest.mark.parametrize(
