@@ -8,7 +8,7 @@ renders on GitHub too:
 mkdocs loads this file as a hook (mkdocs.yml `hooks:`): each PNG under results/ that a page links is
 added to the site as figures/<path under results/> at build time, and the page's link is rewritten
 to it, so `mkdocs build --strict` checks it like any other link. Only linked figures are copied (a
-scratch run's PNG under results/ never reaches the site). tests/test_docs_prose.py calls `figure_links`.
+scratch run's PNG under results/ never reaches the site). tests/guarantees/test_docs_prose.py calls `figure_links`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ default, bounds, the checks that run on it, and the source comment beside it), a
 and row field of a run folder from e2e/rundir/formats.py and the manifest's typed view.
 
 mkdocs loads this file as a hook (mkdocs.yml `hooks:`): a page line `<!-- reference: NAME -->` is
-replaced by the tables of PAGES[NAME]. tests/test_docs_map.py calls the same functions.
+replaced by the tables of PAGES[NAME]. tests/guarantees/test_docs_map.py calls the same functions.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Optional dependencies: which extra of pyproject.toml brings which import, and the one line that
 names the extra to install, said before any work starts (before a download, a run folder or a
-server). tests/test_docs_map.py checks this table against pyproject.toml."""
+server). tests/guarantees/test_docs_map.py checks this table against pyproject.toml."""
 
 from __future__ import annotations
 

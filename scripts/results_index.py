@@ -9,7 +9,7 @@ tables between the markers are this script's, so no number in them can go stale.
 The quotes checked, in a table row whose first cell names a folder (`folder/`): a ratio with its
 interval, "1.307 (1.298 to 1.315)"; a list of ratios, "1.001, 1.004, 1.003"; an MDE, "MDE 1.1 %",
 "MDE 56.0 / 53.7 %", "MDE 1.1-1.2 %". Each must be one of the folder's pooled comparisons (the
-verdicts of its report.md), at the precision quoted. tests/test_results_index.py runs the check.
+verdicts of its report.md), at the precision quoted. tests/guarantees/test_results_index.py runs the check.
 """
 
 from __future__ import annotations

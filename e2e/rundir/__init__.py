@@ -1,7 +1,7 @@
 """The run folder as data: its formats and typed rows, the store (append, lock, resume), the manifest, code identity, routing records, the patches' call evidence (inert arms).
 
 The face: `__all__` names the modules other stages may import; the others are this stage's own
-(tests/test_layers.py holds every import from outside the package to it)."""
+(tests/guarantees/test_layers.py holds every import from outside the package to it)."""
 
 __all__ = [
     "formats",

@@ -278,7 +278,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {"cells": CellRow, "requests": RequestR
 # -- the rows as they cross stages -------------------------------------------------------------------
 # The same rows as TypedDicts: a row stays a plain dict (on disk and in memory) and the type checker holds
 # every stage that builds or reads one to its fields. The request row's are e2e/rundir/rows.py's (the
-# statistics read it, and sit below this stage); tests/test_row_models.py holds each to its model above.
+# statistics read it, and sit below this stage); tests/unit/rundir/test_row_models.py holds each to its model above.
 class _CellStatus(RowIdentity):
     status: Literal["ok", "failed", "skipped"]
 

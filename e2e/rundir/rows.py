@@ -5,7 +5,7 @@ and batch.py), and the requests.jsonl row that the run folder writes and reads a
 TypedDicts, so a row stays the plain dict it is on disk and in memory (nothing changes at run time) while
 the type checker holds every stage to the fields. They live with the run folder that writes and reads
 the rows (the statistics, above it, read rows typed by them): e2e/rundir/formats.py re-exports them next
-to its pydantic models (RequestRow), which check the rows when written and read; tests/test_row_models.py
+to its pydantic models (RequestRow), which check the rows when written and read; tests/unit/rundir/test_row_models.py
 holds the two to the same fields. A row read from disk may carry fields neither names (a reader ignores them).
 """
 

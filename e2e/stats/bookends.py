@@ -185,7 +185,7 @@ def servers_without(cell_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-if __name__ == "__main__":  # the reports' `python -m e2e.stats.bookends` (tests/test_layers.py: SHIMS)
+if __name__ == "__main__":  # the reports' `python -m e2e.stats.bookends` (tests/guarantees/test_layers.py: SHIMS)
     from e2e.validation.conformance_bookends import main
 
     raise SystemExit(main())

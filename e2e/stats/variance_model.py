@@ -23,7 +23,7 @@ The model (docs, "Between arms"):
   component, tau2, carries both. statsmodels' MixedLM estimates a single residual scale and has no
   per-observation known sampling variances, which this needs (v_i differ 100x between 1K and 32K);
   the fit is ~60 lines of linear algebra (e2e/stats/reml.py), checked against statsmodels where both apply
-  (tests/test_variance_model.py).
+  (tests/unit/stats/test_variance_model.py).
 * A contrast (arm vs reference at one point, a difference of mu's) is estimated by GLS; its
   variance c'(X'V^-1 X)^-1 c, and its degrees of freedom by Satterthwaite: the uncertainty of
   sigma2_server and tau2 (from the REML information) and of every pooled noise level (from its

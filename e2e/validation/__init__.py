@@ -6,7 +6,7 @@ rules a run uses (analysis/comparisons.py, analysis/run_prior.py) instead of cop
 a run executes imports it.
 
 The face: `__all__` names the modules other stages may import; the others are this stage's own
-(tests/test_layers.py holds every import from outside the package to it)."""
+(tests/guarantees/test_layers.py holds every import from outside the package to it)."""
 
 __all__ = [
     "bench_changepoints",

@@ -3,7 +3,7 @@ through the functions a run uses (stats.cell_stats -> variance_model.fit -> verd
 -> verdicts.decide_family; planning for the MDE and the adaptive allocation; changepoints for a
 history; signoff's non-inferiority test on simulated counts; grid runs of depth x concurrency,
 e2e/validation/conformance_grid.py). Prints the figures as a markdown table
-(tests/test_conformance.py asserts them):
+(tests/unit/validation/test_conformance.py asserts them):
 
     python -m e2e.validation.conformance [--experiments N] [--seed S]
 

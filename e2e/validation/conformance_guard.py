@@ -1,7 +1,7 @@
 """Conformance of the prefill guard: simulated runs with server timings (e2e/validation/sim_server_timings.py)
 and a known truth, through the functions a run uses (prefill_guard.judge per arm and depth, one
 estimator per depth, then cell_stats -> variance_model.fit -> verdicts, as simulation.family decides). Prints the figures as a
-markdown table (tests/test_conformance_guard.py asserts them):
+markdown table (tests/unit/validation/test_conformance_guard.py asserts them):
 
     python -m e2e.validation.conformance_guard [--experiments N] [--seed S]
 

@@ -2,7 +2,7 @@
 put in a two-run history through the functions `compare` and `history` use
 (run_to_run.two_runs; changepoints.judge_series with its run_sd), and the smallest step a
 history states it could have found, checked against the rate it finds that step at. Prints a
-markdown table (tests/test_run_to_run.py asserts its rows at a smaller N):
+markdown table (tests/unit/stats/test_run_to_run.py asserts its rows at a smaller N):
 
     python -m e2e.validation.conformance_runs [--experiments N] [--seed S]
 

@@ -12,7 +12,7 @@ queue and calls execute_model with an empty schedule when every request is alrea
 +45 ms per token for a 30 ms delay (three runs of 2026-12-01).
 Unset or 0: no delay (the patch still installs, so the arm proves the plugin path).
 E2E_TEST_DELAY_AFTER_STEPS=N switches the delay on only after N calls that ran tokens in this process:
-a step in the middle of a server's life, for the bookends to find (test_bookends_server.py). The
+a step in the middle of a server's life, for the bookends to find (tests/server/test_bookends.py). The
 patch prints "slow_decode: delay on from step N+1" to the server log when it does.
 """
 

