@@ -12,9 +12,10 @@ comparable only when the CHECKED metadata match (pyperf's rule); a mismatch is r
 
 Exit status (MEANING): 0 no regression (every row faster or equivalent), 1 a regression (a row
 "slower"), 2 bad input or error, 3 cannot decide (a row inconclusive: it cannot tell, unless
---allow-inconclusive; a run without valid cells, an arm missing from B, or a row with insufficient
-replication). A gate never passes blind: a row whose interval reaches past the min effect is not a pass.
-The command line (its flags, the order it says things in) is e2e/cli/commands/compare.py.
+--allow-inconclusive; a run without valid cells, an arm missing from B, a row with insufficient
+replication, or a row whose arm is inert in either run: its patch changed nothing there). A gate
+never passes blind: a row whose interval reaches past the min effect is not a pass. The command line
+(its flags, the order it says things in) is e2e/cli/commands/compare.py.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from e2e.errors import UserError
 from e2e.report import summary as sm
 from e2e.report.progress import say
 from e2e.report.tables import render_console
-from e2e.rundir import identity
+from e2e.rundir import identity, patch_evidence
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import FINISHED
 from e2e.stats import one_arm, outcomes, run_to_run, verdicts
@@ -45,7 +46,7 @@ REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 MEANING = {
     exits.OK: "done: no regression (every row faster or equivalent)",
     REGRESSION: 'done: a regression (a row "slower")',
-    CANNOT_DECIDE: "done, but it cannot decide (a row inconclusive or without the servers to decide, "
+    CANNOT_DECIDE: "done, but it cannot decide (a row inconclusive, inert or without the servers to decide, "
     "or an arm or run without cells)",
 }
 
@@ -142,12 +143,29 @@ def compare_runs(
     for r in rows:  # which kernels moved, where both runs have a profile there (e2e/profile/section.py)
         if (k := _kernels_moved(a, b, r)) is not None:
             r["kernels"] = k
+    _mark_inert(a, b, rows)
     undecidable += [
         f"{r['arm']} at {Point.of(r)}: {r['decision']}"
         for r in rows
         if outcomes.status_of([r["decision"]], inconclusive_ok=allow_inconclusive) == exits.CANNOT_DECIDE
     ]
     return rows, line, undecidable
+
+
+def _mark_inert(a: RunAnalysis, b: RunAnalysis, rows: list[dict[str, Any]]) -> None:
+    """A row whose arm is inert at its point in either run (its patch changed nothing there: it ran the
+    reference's code, e2e/rundir/patch_evidence.py) reads inert, as in the run's own report, whatever
+    the numbers say (kept as decision_measured); `inert` holds each side's findings."""
+    found = {(side, i["arm"], Point.of(i)): i["findings"] for side, r in (("a", a), ("b", b)) for i in r.inert}
+    for row in rows:
+        sides = {s: f for s in ("a", "b") if (f := found.get((s, row["arm"], Point.of(row))))}
+        if not sides:
+            continue
+        row.update(decision_measured=row["decision"], decision=verdicts.INERT, inert=sides)
+        for s, f in sides.items():
+            name = (a if s == "a" else b).root.name
+            seen = "; ".join(patch_evidence.describe(x) for x in f)
+            row["warnings"] = [*row["warnings"], f"inert in run {s.upper()} ({name}): {seen}"]
 
 
 def _kernels_moved(a: RunAnalysis, b: RunAnalysis, row: dict[str, Any]) -> dict[str, Any] | None:

@@ -46,7 +46,8 @@ MEANING = {
     exits.OK: "done: no slower step, and every stretch between steps held within the min effect",
     exits.FAILED: 'done: a "slower" step',
     exits.CANNOT_DECIDE: "done, but it cannot tell: a stretch of runs not shown within the min effect "
-    "(inconclusive; --allow-inconclusive accepts it), too few servers, or no series of two runs",
+    "(inconclusive; --allow-inconclusive accepts it), too few servers, an arm inert in a run of its series, "
+    "or no series of two runs",
 }
 
 # The console's view of the history (history.csv has every field: summary.HISTORY): the runs once,
@@ -267,6 +268,11 @@ def _judge(
         "one_run_per_release": _one_run_per_release([runs[i] for i in idx]),
         "stretches": [x.to_dict() for x in res.stretches],
     }
+    # an arm whose patch changed nothing in a run of the series (e2e/rundir/patch_evidence.py) ran the
+    # reference's code there: the series reads inert, as the run's own verdict does
+    inert = [runs[i].root.name for i in idx if any(x["arm"] == arm and Point.of(x) == d for x in runs[i].inert)]
+    if inert:
+        answer.update(decision_measured=answer["decision"], decision=verdicts.INERT, inert_runs=inert)
     return steps, answer
 
 
@@ -296,12 +302,14 @@ def _one_run_per_release(runs: list[RunAnalysis]) -> bool:
 
 
 def status_of(steps: list[dict[str, Any]], answers: list[dict[str, Any]], allow_inconclusive: bool) -> int:
-    """1 a slower step; 3 a series that cannot tell (unless allowed) or no series of two runs; else 0."""
+    """1 a slower step; 3 a series that cannot tell (unless allowed), an inert one, or no series of two
+    runs; else 0."""
     if not answers:
         return exits.CANNOT_DECIDE
     words = [s["decision"] for s in steps] + [
         x["decision"] for a in answers for x in a["stretches"] if len(x["runs"]) > 1
     ]
+    words += [a["decision"] for a in answers if a["decision"] == verdicts.INERT]
     return outcomes.status_of(words, inconclusive_ok=allow_inconclusive)
 
 
@@ -365,7 +373,10 @@ def say_history(console: Console, h: History, title: str) -> None:
                 console,
                 f"{where}: cannot tell between #{at[w['runs_before'][-1]]} and #{at[w['runs_after'][0]]}: {note}",
             )
-        if not steps and not doubt:
+        if a.get("inert_runs"):
+            runs_at = ", ".join(f"#{at[n]}" for n in a["inert_runs"])
+            say(console, f"{where}: inert in {runs_at}: its patch changed nothing there, so the series reads inert")
+        if not steps and not doubt and not a.get("inert_runs"):
             say(console, f"{where}: no change point; every split tested within the min effect")
 
 
