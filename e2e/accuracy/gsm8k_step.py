@@ -1,6 +1,6 @@
 """The gsm8k sign-off step: each arm on its own fresh server, scored by lm-eval, compared question by
 question with the baseline arm (and an optional A/A pair). A run's last step, and the body of
-`run_e2e.py gsm8k` (whose run folder e2e/run/session.py owns; its flags are e2e/cli/commands.py's).
+`run_e2e.py gsm8k` (whose run folder e2e/run/session.py owns; its flags are e2e/cli/commands/gsm8k.py's).
 
     <run>/gsm8k/summary.json        verdict, numbers, definitions, links
     <run>/gsm8k/gsm8k.md            the same as a report section

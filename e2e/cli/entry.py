@@ -1,5 +1,5 @@
 """Command line: `run` (the default), and the subcommands that read or build around a run
-(e2e/cli/commands.py holds one class per subcommand).
+(e2e/cli/commands/ holds one module per subcommand, and the table).
 
     python run_e2e.py [run] [--config FILE] [--order ...] [--dry-run [--json]] [--resume DIR] ...
     python run_e2e.py gsm8k | report | compare | history | kernels | twin | assets | env ...

@@ -1,10 +1,11 @@
-"""Flag types and the flag groups several subcommands share (e2e/cli/commands.py builds the parser).
+"""Flag types and the flag groups several subcommands share (e2e/cli/commands/ builds the parser).
 A bad value is one line naming its flag (a UserError passes through argparse to cli.main), before a
 run folder exists."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 
 from e2e.errors import UserError
 from e2e.run.executors.options import KINDS, ExecutorOptions
+
+DEFAULT_CONFIG = "configs/gemma3-27b-it-w4a16-tp2.toml"
 
 
 def csv_ints(s: str) -> list[int]:
@@ -48,6 +51,25 @@ def count(flag: str) -> Callable[[str], int]:
 
 def positive(flag: str) -> Callable[[str], float]:
     return number(flag, float, 0, "a positive finite number")
+
+
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    # default None, resolved to DEFAULT_CONFIG where used: --resume must see whether it was given
+    p.add_argument("--config", help=f"TOML config (default: {DEFAULT_CONFIG})")
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """--set KEY=JSON, repeated (twin, assets random): the config fields to override."""
+    ov: dict[str, Any] = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        if not sep or not k:
+            raise UserError(f"--set {kv!r}: use KEY=JSON")
+        try:
+            ov[k] = json.loads(v)
+        except json.JSONDecodeError:
+            raise UserError(f"--set {kv!r}: value is not JSON") from None
+    return ov
 
 
 def add_run_folder_flags(p: argparse.ArgumentParser) -> None:
@@ -116,4 +138,30 @@ def executor_options(a: argparse.Namespace) -> ExecutorOptions:
         max_slots=a.max_slots,
         balance=a.slot_balance or "warn",
         cpus_per_cell=a.cpus_per_cell,
+    )
+
+
+def _sd_pct(text: str) -> float:
+    """--run-sd: a finite % >= 0, else one line naming the flag."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v <= 100):
+        raise UserError(f"--run-sd {text!r}: give a run-to-run sd in %, from 0 to 100")
+    return v
+
+
+def add_run_sd_args(p: argparse.ArgumentParser) -> None:
+    """The run-to-run sd assumed where one run stands for a release (compare; history's two-run splits)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--run-sd",
+        type=_sd_pct,
+        metavar="PCT",
+        help="run-to-run sd assumed at every arm and depth, %% (0: none, servers of two runs taken as "
+        "exchangeable; default: the stated prior, docs/statistics/run-to-run.md)",
+    )
+    g.add_argument(
+        "--run-prior", metavar="FILE", help="a JSON prior per depth (the shape of e2e/analysis/run_prior.py)"
     )

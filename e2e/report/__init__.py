@@ -5,11 +5,11 @@ The face: `__all__` names the modules other stages may import; the others are th
 
 __all__ = [
     "answer",
-    "command",
     "compare",
     "figures",
     "grid",
     "history",
+    "pr_block",
     "progress",
     "report_md",
     "summary",

@@ -12,15 +12,16 @@ comparable only when the CHECKED metadata match (pyperf's rule); a mismatch is r
 
 Exit status (MEANING): 0 no regression (every row faster or equivalent), 1 a regression (a row
 "slower"), 2 bad input or error, 3 cannot decide (a row inconclusive: it cannot tell, unless
---allow-inconclusive; a run without valid cells, an arm missing from B, or a row with insufficient
-replication). A gate never passes blind: a row whose interval reaches past the min effect is not a pass.
+--allow-inconclusive; a run without valid cells, an arm missing from B, a row with insufficient
+replication, or a row whose arm is inert in either run: its patch changed nothing there). A gate
+never passes blind: a row whose interval reaches past the min effect is not a pass. The command line
+(its flags, the order it says things in) is e2e/cli/commands/compare.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +35,18 @@ from e2e.analysis.run_analysis import RunAnalysis
 from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import summary as sm
-from e2e.report.progress import make_console, say
+from e2e.report.progress import say
 from e2e.report.tables import render_console
-from e2e.rundir import identity
+from e2e.rundir import identity, patch_evidence
 from e2e.rundir.formats import VERSIONS
-from e2e.rundir.store import FINISHED, write_json_atomic
+from e2e.rundir.store import FINISHED
 from e2e.stats import one_arm, outcomes, run_to_run, verdicts
 
 REGRESSION, CANNOT_DECIDE = exits.FAILED, exits.CANNOT_DECIDE
 MEANING = {
     exits.OK: "done: no regression (every row faster or equivalent)",
     REGRESSION: 'done: a regression (a row "slower")',
-    CANNOT_DECIDE: "done, but it cannot decide (a row inconclusive or without the servers to decide, "
+    CANNOT_DECIDE: "done, but it cannot decide (a row inconclusive, inert or without the servers to decide, "
     "or an arm or run without cells)",
 }
 
@@ -142,12 +143,29 @@ def compare_runs(
     for r in rows:  # which kernels moved, where both runs have a profile there (e2e/profile/section.py)
         if (k := _kernels_moved(a, b, r)) is not None:
             r["kernels"] = k
+    _mark_inert(a, b, rows)
     undecidable += [
         f"{r['arm']} at {Point.of(r)}: {r['decision']}"
         for r in rows
         if outcomes.status_of([r["decision"]], inconclusive_ok=allow_inconclusive) == exits.CANNOT_DECIDE
     ]
     return rows, line, undecidable
+
+
+def _mark_inert(a: RunAnalysis, b: RunAnalysis, rows: list[dict[str, Any]]) -> None:
+    """A row whose arm is inert at its point in either run (its patch changed nothing there: it ran the
+    reference's code, e2e/rundir/patch_evidence.py) reads inert, as in the run's own report, whatever
+    the numbers say (kept as decision_measured); `inert` holds each side's findings."""
+    found = {(side, i["arm"], Point.of(i)): i["findings"] for side, r in (("a", a), ("b", b)) for i in r.inert}
+    for row in rows:
+        sides = {s: f for s in ("a", "b") if (f := found.get((s, row["arm"], Point.of(row))))}
+        if not sides:
+            continue
+        row.update(decision_measured=row["decision"], decision=verdicts.INERT, inert=sides)
+        for s, f in sides.items():
+            name = (a if s == "a" else b).root.name
+            seen = "; ".join(patch_evidence.describe(x) for x in f)
+            row["warnings"] = [*row["warnings"], f"inert in run {s.upper()} ({name}): {seen}"]
 
 
 def _kernels_moved(a: RunAnalysis, b: RunAnalysis, row: dict[str, Any]) -> dict[str, Any] | None:
@@ -169,51 +187,11 @@ def kernels_line(row: dict[str, Any]) -> str | None:
     return f"{row['arm']} at {Point.of(row)}: kernels B - A {k['kernels_ms']:+.3f} ms/step ({top}; other {k['other_kernels_ms']:+.3f}{rest})"
 
 
-def add_compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_a", help="baseline run folder")
-    p.add_argument("run_b", help="candidate run folder (a regression is B slower than A)")
-    p.add_argument("--arm", action="append", help="arm(s) to compare (default: every arm in both runs)")
-    p.add_argument("--force", action="store_true", help="compare although checked metadata differ")
-    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
-    add_run_sd_args(p)
-    p.add_argument(
-        "--allow-inconclusive",
-        action="store_true",
-        help="exit 0 when a row is inconclusive (it cannot tell; default: exit 3)",
-    )
-
-
-def _sd_pct(text: str) -> float:
-    """--run-sd: a finite % >= 0, else one line naming the flag."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not (math.isfinite(v) and 0 <= v <= 100):
-        raise UserError(f"--run-sd {text!r}: give a run-to-run sd in %, from 0 to 100")
-    return v
-
-
-def add_run_sd_args(p: argparse.ArgumentParser) -> None:
-    """The run-to-run sd assumed where one run stands for a release (compare; history's two-run splits)."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--run-sd",
-        type=_sd_pct,
-        metavar="PCT",
-        help="run-to-run sd assumed at every arm and depth, %% (0: none, servers of two runs taken as "
-        "exchangeable; default: the stated prior, docs/statistics/run-to-run.md)",
-    )
-    g.add_argument(
-        "--run-prior", metavar="FILE", help="a JSON prior per depth (the shape of e2e/analysis/run_prior.py)"
-    )
-
-
-def run_sd_of(args: argparse.Namespace, r: RunAnalysis) -> run_to_run.RunSd:
-    """The flags', else run r's config stats.run_sd_pct, else the stated prior (named and widened
-    where r ran on another GPU than the prior's)."""
+def run_sd_of(r: RunAnalysis, run_sd_pct: float | None = None, prior_file: str | None = None) -> run_to_run.RunSd:
+    """--run-sd's, else --run-prior FILE's, else run r's config stats.run_sd_pct, else the stated prior
+    (named and widened where r ran on another GPU than the prior's)."""
     pct = r.config.stats.run_sd_pct
-    return run_prior.run_sd(getattr(args, "run_sd", None), getattr(args, "run_prior", None), pct, gpu_name(r.manifest))
+    return run_prior.run_sd(run_sd_pct, prior_file, pct, gpu_name(r.manifest))
 
 
 def say_run_sd(console: Console, run_sd: run_to_run.RunSd, applied: list[float], what: str) -> None:
@@ -235,10 +213,58 @@ def say_run_sd(console: Console, run_sd: run_to_run.RunSd, applied: list[float],
         )
 
 
-def compare_main(args: argparse.Namespace, console: Console | None = None) -> int:
-    """0 no regression, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
-    console = console or make_console()
-    a, b = RunAnalysis(args.run_a), RunAnalysis(args.run_b)
+@dataclass
+class Comparison:
+    """Run B against run A (compare_pair): what may make them incomparable or unfinished, and the rows
+    with the correction line and the reasons it cannot decide (compare_runs)."""
+
+    a: RunAnalysis
+    b: RunAnalysis
+    mismatches: list[str]
+    code: dict[str, dict[str, Any]]
+    unfinished: list[str]
+    run_sd: run_to_run.RunSd
+    rows: list[dict[str, Any]]
+    line: str
+    undecidable: list[str]
+    allow_inconclusive: bool
+
+    @property
+    def regressions(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if outcomes.LATENCY[r["decision"]].regression]
+
+    @property
+    def status(self) -> int:
+        """0 no regression, 1 regression, 3 cannot decide (2: bad input, from cli.main)."""
+        words = (r["decision"] for r in self.rows)
+        allow = self.allow_inconclusive
+        return exits.worst(
+            [outcomes.status_of(words, inconclusive_ok=allow)] + [CANNOT_DECIDE] * bool(self.undecidable)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": VERSIONS["compare"],
+            "kind": "e2e-compare",
+            "run_a": str(self.a.root),
+            "run_b": str(self.b.root),
+            "metadata_mismatches": self.mismatches,
+            "unfinished": self.unfinished,
+            "code": self.code,
+            "correction": self.line,
+            "run_sd_source": self.run_sd.source,
+            "rows": self.rows,
+            "regressions": len(self.regressions),
+            "cannot_decide": self.undecidable,
+            "allow_inconclusive": self.allow_inconclusive,
+            "exit_status": self.status,
+        }
+
+
+def analysed_pair(run_a: str | Path, run_b: str | Path, console: Console) -> tuple[RunAnalysis, RunAnalysis]:
+    """Both runs analysed, on one estimator at every point: where one run's rows are on the client
+    and the other's are not, both on the plain client estimate there (said as a warning)."""
+    a, b = RunAnalysis(run_a), RunAnalysis(run_b)
     differ = a.on_client() ^ b.on_client()
     if differ:  # one definition for both sides of a row: the plain one both runs' rows have
         shown = ", ".join(f"{arm} at {p}" for arm, p in sorted(differ, key=lambda x: (x[1], x[0])))
@@ -247,74 +273,70 @@ def compare_main(args: argparse.Namespace, console: Console | None = None) -> in
             f"warning: the runs' estimators differ at {shown}: there both are compared on the plain client estimate",
             "yellow",
         )
-        a, b = RunAnalysis(args.run_a, client_at=differ), RunAnalysis(args.run_b, client_at=differ)
+        a, b = RunAnalysis(run_a, client_at=differ), RunAnalysis(run_b, client_at=differ)
+    return a, b
+
+
+def compare_pair(
+    run_a: str | Path,
+    run_b: str | Path,
+    console: Console,
+    arms: list[str] | None = None,
+    force: bool = False,
+    allow_inconclusive: bool = False,
+    run_sd_pct: float | None = None,
+    prior_file: str | None = None,
+) -> Comparison:
+    """Run B against run A, saying on the console what the reader must know first: metadata that
+    differ (refused unless force), code not identified, a run not finished."""
+    a, b = analysed_pair(run_a, run_b, console)
     mism = metadata_mismatches(a, b)
-    if mism and not args.force:
+    if mism and not force:
         raise UserError(f"runs are not comparable ({'; '.join(mism)}): use --force to compare anyway")
     for m in mism:
         say(console, f"warning: metadata differ (forced): {m}", "yellow")
-    unknown = {r.root.name: identity.describe(r.manifest) for r in (a, b)}
-    for name, code in unknown.items():
-        if not code["identified"]:
-            say(console, f"warning: CODE NOT IDENTIFIED in {name}: {code['line']}", "bold red")
+    code = {r.root.name: identity.describe(r.manifest) for r in (a, b)}
+    for name, c in code.items():
+        if not c["identified"]:
+            say(console, f"warning: CODE NOT IDENTIFIED in {name}: {c['line']}", "bold red")
     short = [w for w in map(unfinished, (a, b)) if w]
     for w in short:
         say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
-    allow = getattr(args, "allow_inconclusive", False)
-    run_sd = run_sd_of(args, a)
-    rows, line, undecidable = compare_runs(a, b, args.arm, allow, run_sd)
-    console.print(
-        render_console(
-            sm.COMPARE,
-            rows,
-            escape(
-                f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs "
-                f"A = {a.root.name} (vLLM {vllm_version(a.manifest)})"
-            ),
-        )
+    run_sd = run_sd_of(a, run_sd_pct, prior_file)
+    rows, line, undecidable = compare_runs(a, b, arms, allow_inconclusive, run_sd)
+    return Comparison(a, b, mism, code, short, run_sd, rows, line, undecidable, allow_inconclusive)
+
+
+def say_comparison(console: Console, c: Comparison) -> None:
+    """The rows, how they were decided, the run-to-run sd assumed, and each row's warnings and kernels."""
+    a, b, rows = c.a, c.b, c.rows
+    title = (
+        f"B = {b.root.name} (vLLM {vllm_version(b.manifest)}) vs A = {a.root.name} (vLLM {vllm_version(a.manifest)})"
     )
-    say(console, f"decided with {line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
-    say_run_sd(console, run_sd, [r["run_sd_pct"] for r in rows], "one run a side")
+    console.print(render_console(sm.COMPARE, rows, escape(title)))
+    say(console, f"decided with {c.line}; alpha {a.alpha:g} and min effect {a.min_effect_pct:g} % of run A")
+    say_run_sd(console, c.run_sd, [r["run_sd_pct"] for r in rows], "one run a side")
     for r in rows:
         for w in r["warnings"]:
             say(console, f"warning: {r['arm']} at {Point.of(r)}: {w}")
     for r in rows:
         if line_k := kernels_line(r):
             say(console, line_k)
-    regressions = [r for r in rows if outcomes.LATENCY[r["decision"]].regression]
-    words = (r["decision"] for r in rows)
-    status = exits.worst([outcomes.status_of(words, inconclusive_ok=allow)] + [CANNOT_DECIDE] * bool(undecidable))
-    if args.json:
-        write_json_atomic(
-            Path(args.json),
-            {
-                "schema_version": VERSIONS["compare"],
-                "kind": "e2e-compare",
-                "run_a": str(a.root),
-                "run_b": str(b.root),
-                "metadata_mismatches": mism,
-                "unfinished": short,
-                "code": unknown,
-                "correction": line,
-                "run_sd_source": run_sd.source,
-                "rows": rows,
-                "regressions": len(regressions),
-                "cannot_decide": undecidable,
-                "allow_inconclusive": allow,
-                "exit_status": status,
-            },
-        )
-    inconclusive = [r for r in rows if r["decision"] == verdicts.INCONCLUSIVE]
-    if regressions:
-        say(console, f"{len(regressions)} regression(s): B slower beyond {a.min_effect_pct:g} %", "red")
-    elif undecidable:
-        say(console, "cannot decide: " + "; ".join(undecidable), "yellow")
+
+
+def say_outcome(console: Console, c: Comparison) -> None:
+    """The answer in a line, then the exit status and what it means."""
+    inconclusive = [r for r in c.rows if r["decision"] == verdicts.INCONCLUSIVE]
+    if c.regressions:
+        say(console, f"{len(c.regressions)} regression(s): B slower beyond {c.a.min_effect_pct:g} %", "red")
+    elif c.undecidable:
+        say(console, "cannot decide: " + "; ".join(c.undecidable), "yellow")
     elif inconclusive:  # allowed: said, never read as a pass
         say(console, f"no row slower; {len(inconclusive)} inconclusive, allowed by --allow-inconclusive", "yellow")
     else:
         say(console, "no regression: every row faster or equivalent")
+    status = c.status
     meaning = (
         "done: no row slower; inconclusive rows allowed" if status == exits.OK and inconclusive else MEANING[status]
     )
     say(console, f"exit status {status}: {meaning}")
-    return status

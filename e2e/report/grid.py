@@ -16,36 +16,31 @@ reference arm, alpha and the minimum effect (one margin on the figure); every ot
 they ran (vLLM, GPU, model, tokens, server flags) is listed in grid.md, never hidden, and on the figure a
 line that joins points of runs with different server flags is dotted there, each flag set its marker.
 
-Exit status: 0 written, 2 bad input.
+Exit status: 0 written, 2 bad input. The command line is e2e/cli/commands/grid.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from pathlib import Path
 from typing import Any
 
-from e2e import exits
+from rich.console import Console
+
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import figures, report_md
 from e2e.report import summary as sm
-from e2e.report.progress import make_console, say
+from e2e.report.progress import say
 from e2e.rundir.store import write_json_atomic
-from e2e.safety.safe_io import output_folder, write_atomic
+from e2e.safety.safe_io import write_atomic
 from e2e.stats import outcomes, planning, verdicts
 
 GRID_MD, GRID_JSON = "grid.md", "grid.json"
 # What may differ between the runs of one grid, listed per run in grid.md (summary.json's run block).
 SAME_EVERYWHERE = ("--host", "--port", "--served-model-name", "--generation-config")
 LISTED = ("vllm", "gpu", "model", "tp", "long_tokens", "short_tokens", "rounds", "passes", "estimator")
-
-
-def add_grid_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", type=Path, help="run folders, oldest first (a later run wins a shared point)")
-    p.add_argument("--out", type=Path, required=True, help="folder for grid.md, grid.json and ratio_vs_depth.png")
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -182,18 +177,24 @@ def _figure_summary(summaries: list[tuple[str, dict[str, Any]]], rows: list[dict
     }
 
 
-def grid_main(args: argparse.Namespace) -> int:
-    console = make_console(stderr=False)
-    names = [p.name for p in args.runs]
+def read_grid(runs: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """(each run's name and summary, the grid's rows: pick), refused where the runs cannot make one grid."""
+    names = [p.name for p in runs]
     if len(set(names)) != len(names):
         raise UserError(f"a run is named twice: {', '.join(names)}")
-    summaries = [(p.name, _summary(p)) for p in args.runs]
+    summaries = [(p.name, _summary(p)) for p in runs]
     _check(summaries)
     rows = pick(summaries)
     if not any(r["drawn"] for r in rows):
         raise UserError("no run has a comparison with a ratio: nothing to draw")
+    return summaries, rows
+
+
+def write_grid(
+    console: Console, out: Path, summaries: list[tuple[str, dict[str, Any]]], rows: list[dict[str, Any]]
+) -> None:
+    """ratio_vs_depth.png, grid.md and grid.json in out (a folder output_folder made), and a line that says so."""
     family = joint_family(rows, summaries[0][1]["run"]["alpha"])
-    out = output_folder(args.out, "--out")
     figures.ratio_grid(_figure_summary(summaries, rows), out / figures.RATIO)
     write_atomic(out / GRID_MD, markdown(summaries, rows, family))
     keep = ("arm", "reference", "depth", "ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "decision")
@@ -201,7 +202,7 @@ def grid_main(args: argparse.Namespace) -> int:
         out / GRID_JSON,
         {
             "kind": "e2e-grid",
-            "runs": names,
+            "runs": [name for name, _ in summaries],
             "family": family,
             "rows": [
                 {
@@ -217,4 +218,3 @@ def grid_main(args: argparse.Namespace) -> int:
         },
     )
     say(console, f"wrote {out / GRID_MD}, {GRID_JSON} and {figures.RATIO} ({sum(r['drawn'] for r in rows)} points)")
-    return exits.OK

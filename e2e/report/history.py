@@ -9,12 +9,12 @@ with a warning, and a folder that holds a run already counted (a link such as `r
 copy) is skipped naming it: each run counts once. Where a split has one run a side the run-to-run
 variance cannot be estimated: a stated sd stands in (compare's --run-sd / --run-prior, else the
 prior of e2e/analysis/run_prior.py) and the console says it is assumed. Each series states the
-smallest step it could have found (changepoints: detectable_pct). Exit status: see MEANING.
+smallest step it could have found (changepoints: detectable_pct). Exit status: see MEANING. The
+command line (its flags, the order it says things in) is e2e/cli/commands/history.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +30,11 @@ from e2e.design.point import Point
 from e2e.errors import UserError
 from e2e.report import history_figure, tables
 from e2e.report import summary as sm
-from e2e.report.compare import CHECKED_METADATA, add_run_sd_args, run_sd_of, say_run_sd, unfinished
-from e2e.report.progress import make_console, say
+from e2e.report.compare import CHECKED_METADATA, say_run_sd, unfinished
+from e2e.report.progress import say
 from e2e.report.tables import CONSOLE, Col, Table, col, interval, num, text
 from e2e.rundir.formats import VERSIONS
 from e2e.rundir.store import write_json_atomic
-from e2e.safety.safe_io import output_folder
 from e2e.stats import one_arm, outcomes, verdicts
 from e2e.stats.changepoints import judge_series
 from e2e.stats.run_to_run import RunSd
@@ -47,7 +46,8 @@ MEANING = {
     exits.OK: "done: no slower step, and every stretch between steps held within the min effect",
     exits.FAILED: 'done: a "slower" step',
     exits.CANNOT_DECIDE: "done, but it cannot tell: a stretch of runs not shown within the min effect "
-    "(inconclusive; --allow-inconclusive accepts it), too few servers, or no series of two runs",
+    "(inconclusive; --allow-inconclusive accepts it), too few servers, an arm inert in a run of its series, "
+    "or no series of two runs",
 }
 
 # The console's view of the history (history.csv has every field: summary.HISTORY): the runs once,
@@ -188,9 +188,9 @@ class History:
     answers: list[dict[str, Any]]
 
 
-def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
-    """The history of runs in series order (load_runs); run_sd: the run-to-run sd assumed where a
-    split has one run a side (None: servers of different runs taken as exchangeable there)."""
+def _tabulate(runs: list[RunAnalysis]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[list[int]]]:
+    """(one row per run, one row per run, arm and point, each series' runs by their place in runs).
+    A series is the runs whose checked metadata match (SERIES_KEYS)."""
     rows, table = [], []
     series: dict[tuple[str, ...], list[int]] = {}
     # each run's place in time (1 = first started), shown beside its version: a version order
@@ -222,8 +222,66 @@ def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
                         **one_arm.arm_estimate(r.fit, arm, d, r._cells_of(arm, d)),
                     }
                 )
+    return table, rows, list(series.values())
+
+
+def _judge(
+    runs: list[RunAnalysis], s: int, arm: str, d: Point, idx: list[int], n_series: int, run_sd: RunSd | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One series' change points (with the kernels that moved across each) and its answer: a step's
+    word, else how the stretches between steps held, and the comparison it rests on."""
+    sd = run_sd.sd(d, arm == runs[idx[0]].reference) if run_sd is not None else 0.0
+    res = judge_series(
+        [runs[i]._cells_of(arm, d) for i in idx],
+        runs[idx[0]].alpha,
+        runs[idx[0]].min_effect_pct,
+        labels=[runs[i].root.name for i in idx],
+        n_series=n_series,
+        run_sd=sd,
+    )
+    at = {runs[i].root.name: i for i in idx}
+    here = {"series": s, "arm": arm, **d.fields(), "n_series": n_series}
+    steps = [
+        _with_kernels(
+            {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()},
+            runs[at[cp.runs_before[-1]]],
+            runs[at[cp.runs_after[0]]],
+            arm,
+            d,
+        )
+        for cp in res.steps
+    ]
+    # what the answer rests on: the first step, else the stretch least shown to hold still
+    doubt = min((x for x in res.stretches if x.worst), key=lambda x: x.decision == verdicts.EQUIVALENT, default=None)
+    shown = res.steps[0] if res.steps else doubt.worst if doubt else None
+    head = shown.to_dict() if shown else {}
+    answer = {
+        **here,
+        "decision": res.decision,
+        "runs": [runs[i].root.name for i in idx],
+        "after": at[shown.runs_before[-1]] if shown else None,
+        "first": at[shown.runs_after[0]] if shown else None,
+        **{k: head.get(k) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "p_adjusted")},
+        "note": (head.get("warnings") or [None])[-1],
+        "detectable_pct": res.detectable_pct,
+        "run_sd_pct": 100 * sd if res.run_sd_assumed else 0.0,
+        "one_run_per_release": _one_run_per_release([runs[i] for i in idx]),
+        "stretches": [x.to_dict() for x in res.stretches],
+    }
+    # an arm whose patch changed nothing in a run of the series (e2e/rundir/patch_evidence.py) ran the
+    # reference's code there: the series reads inert, as the run's own verdict does
+    inert = [runs[i].root.name for i in idx if any(x["arm"] == arm and Point.of(x) == d for x in runs[i].inert)]
+    if inert:
+        answer.update(decision_measured=answer["decision"], decision=verdicts.INERT, inert_runs=inert)
+    return steps, answer
+
+
+def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
+    """The history of runs in series order (load_runs); run_sd: the run-to-run sd assumed where a
+    split has one run a side (None: servers of different runs taken as exchangeable there)."""
+    table, rows, series = _tabulate(runs)
     todo = []
-    for s, members in enumerate(series.values()):
+    for s, members in enumerate(series):
         arms_points = sorted({(row["arm"], Point.of(row)) for row in rows if row["order"] in members})
         for arm, d in arms_points:
             idx = [i for i in members if runs[i]._cells_of(arm, d)]
@@ -232,48 +290,9 @@ def history(runs: list[RunAnalysis], run_sd: RunSd | None = None) -> History:
     steps, answers = [], []
     # one family: every arm x depth series of the history (Bonferroni over them in changepoints)
     for s, arm, d, idx in todo:
-        sd = run_sd.sd(d, arm == runs[idx[0]].reference) if run_sd is not None else 0.0
-        res = judge_series(
-            [runs[i]._cells_of(arm, d) for i in idx],
-            runs[idx[0]].alpha,
-            runs[idx[0]].min_effect_pct,
-            labels=[runs[i].root.name for i in idx],
-            n_series=len(todo),
-            run_sd=sd,
-        )
-        at = {runs[i].root.name: i for i in idx}
-        here = {"series": s, "arm": arm, **d.fields(), "n_series": len(todo)}
-        steps += [
-            _with_kernels(
-                {**here, "after_run": cp.runs_before[-1], "first_run": cp.runs_after[0], **cp.to_dict()},
-                runs[at[cp.runs_before[-1]]],
-                runs[at[cp.runs_after[0]]],
-                arm,
-                d,
-            )
-            for cp in res.steps
-        ]
-        # what the answer rests on: the first step, else the stretch least shown to hold still
-        doubt = min(
-            (x for x in res.stretches if x.worst), key=lambda x: x.decision == verdicts.EQUIVALENT, default=None
-        )
-        shown = res.steps[0] if res.steps else doubt.worst if doubt else None
-        head = shown.to_dict() if shown else {}
-        answers.append(
-            {
-                **here,
-                "decision": res.decision,
-                "runs": [runs[i].root.name for i in idx],
-                "after": at[shown.runs_before[-1]] if shown else None,
-                "first": at[shown.runs_after[0]] if shown else None,
-                **{k: head.get(k) for k in ("ratio", "ratio_ci_lo", "ratio_ci_hi", "mde_pct", "p_adjusted")},
-                "note": (head.get("warnings") or [None])[-1],
-                "detectable_pct": res.detectable_pct,
-                "run_sd_pct": 100 * sd if res.run_sd_assumed else 0.0,
-                "one_run_per_release": _one_run_per_release([runs[i] for i in idx]),
-                "stretches": [x.to_dict() for x in res.stretches],
-            }
-        )
+        found, answer = _judge(runs, s, arm, d, idx, len(todo), run_sd)
+        steps += found
+        answers.append(answer)
     return History(table, rows, steps, answers)
 
 
@@ -282,36 +301,15 @@ def _one_run_per_release(runs: list[RunAnalysis]) -> bool:
     return len(set(versions)) == len(versions)
 
 
-def add_history_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("folder", help="a folder of run folders (e.g. results/)")
-    p.add_argument(
-        "--order-by",
-        choices=("version", "date"),
-        default="version",
-        help="order runs by vLLM version (then date) or by start date (default: %(default)s)",
-    )
-    p.add_argument(
-        "--match",
-        action="append",
-        metavar="GLOB",
-        help="only run folders whose name matches (e.g. 'cpu-vllm-*'; repeat for several; default: all)",
-    )
-    p.add_argument("--out", help="where history.csv/json/png go (default: the folder)")
-    add_run_sd_args(p)
-    p.add_argument(
-        "--allow-inconclusive",
-        action="store_true",
-        help="exit 0 when a stretch of runs cannot be told from a change of the min effect (default: exit 3)",
-    )
-
-
 def status_of(steps: list[dict[str, Any]], answers: list[dict[str, Any]], allow_inconclusive: bool) -> int:
-    """1 a slower step; 3 a series that cannot tell (unless allowed) or no series of two runs; else 0."""
+    """1 a slower step; 3 a series that cannot tell (unless allowed), an inert one, or no series of two
+    runs; else 0."""
     if not answers:
         return exits.CANNOT_DECIDE
     words = [s["decision"] for s in steps] + [
         x["decision"] for a in answers for x in a["stretches"] if len(x["runs"]) > 1
     ]
+    words += [a["decision"] for a in answers if a["decision"] == verdicts.INERT]
     return outcomes.status_of(words, inconclusive_ok=allow_inconclusive)
 
 
@@ -375,14 +373,18 @@ def say_history(console: Console, h: History, title: str) -> None:
                 console,
                 f"{where}: cannot tell between #{at[w['runs_before'][-1]]} and #{at[w['runs_after'][0]]}: {note}",
             )
-        if not steps and not doubt:
+        if a.get("inert_runs"):
+            runs_at = ", ".join(f"#{at[n]}" for n in a["inert_runs"])
+            say(console, f"{where}: inert in {runs_at}: its patch changed nothing there, so the series reads inert")
+        if not steps and not doubt and not a.get("inert_runs"):
             say(console, f"{where}: no change point; every split tested within the min effect")
 
 
-def history_main(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = console or make_console()
-    folder = Path(args.folder)
-    runs, skipped = load_runs(folder, args.order_by, args.match or "*")
+def read_history(
+    folder: Path, order_by: str, match: str | list[str], console: Console
+) -> tuple[list[RunAnalysis], list[str], list[str]]:
+    """(the runs in series order, the folders skipped, the runs not finished), each warning said."""
+    runs, skipped = load_runs(folder, order_by, match)
     for w in skipped:
         say(console, f"warning: {w}", "yellow")
     if not runs:
@@ -390,37 +392,50 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
     short = [w for w in map(unfinished, runs) if w]
     for w in short:  # its rows are in the series, for what they hold; the reader must know it stopped short
         say(console, f"warning: RUN NOT FINISHED: {w}", "bold yellow")
-    run_sd = run_sd_of(args, runs[0])
-    h = history(runs, run_sd)
-    rows, steps, answers = h.rows, h.steps, h.answers
-    out = output_folder(Path(args.out), "--out") if args.out else folder
-    say_history(console, h, f"history of {folder} (by {args.order_by}): {len(runs)} runs")
-    say_run_sd(console, run_sd, [a["run_sd_pct"] for a in answers], "a split with one run a side")
-    if any(a["one_run_per_release"] and len(a["runs"]) > 2 for a in answers):
+    return runs, skipped, short
+
+
+def say_assumed(console: Console, run_sd: RunSd, h: History) -> None:
+    """What the series cannot tell apart: a run-to-run sd assumed, one run per release."""
+    say_run_sd(console, run_sd, [a["run_sd_pct"] for a in h.answers], "a split with one run a side")
+    if any(a["one_run_per_release"] and len(a["runs"]) > 2 for a in h.answers):
         say(
             console,
             "one run per release: the run-to-run sd is estimated from runs of different releases, so a "
             "release's own change and the machine's day cannot be told apart",
             "yellow",
         )
-    tables.write_table_csv(out / "history.csv", sm.HISTORY, rows, VERSIONS["history"])
-    status = status_of(steps, answers, args.allow_inconclusive)
+
+
+def write_history(
+    console: Console,
+    out: Path,
+    h: History,
+    order_by: str,
+    skipped: list[str],
+    run_sd: RunSd,
+    short: list[str],
+    status: int,
+) -> None:
+    """history.csv, history.json and history.png (none, and an earlier one removed, when no run has
+    an estimate) in out, and a line that says so."""
+    tables.write_table_csv(out / "history.csv", sm.HISTORY, h.rows, VERSIONS["history"])
     write_json_atomic(
         out / "history.json",
         {
             "schema_version": VERSIONS["history"],
             "kind": "e2e-history",
-            "order_by": args.order_by,
-            "runs": rows,
-            "change_points": steps,
-            "series": answers,
+            "order_by": order_by,
+            "runs": h.rows,
+            "change_points": h.steps,
+            "series": h.answers,
             "skipped": skipped,
             "run_sd_source": run_sd.source,
             "unfinished": short,
             "exit_status": status,
         },
     )
-    fig = history_figure.draw(rows, steps, args.order_by, out / "history.png", answers)
+    fig = history_figure.draw(h.rows, h.steps, order_by, out / "history.png", h.answers)
     if fig is None and (out / "history.png").is_file():
         (out / "history.png").unlink()  # an earlier history's figure: this one has nothing to draw
     say(
@@ -428,9 +443,11 @@ def history_main(args: argparse.Namespace, console: Console | None = None) -> in
         f"wrote {out / 'history.csv'}, history.json"
         + (" and history.png" if fig else " (no figure: no run has an estimate)"),
     )
+
+
+def say_status(console: Console, h: History, status: int) -> None:
     allowed = status == exits.OK and any(
-        x["decision"] != verdicts.EQUIVALENT for a in answers for x in a["stretches"] if len(x["runs"]) > 1
+        x["decision"] != verdicts.EQUIVALENT for a in h.answers for x in a["stretches"] if len(x["runs"]) > 1
     )
     meaning = "done: no slower step; stretches it cannot tell allowed" if allowed else MEANING[status]
     say(console, f"exit status {status}: {meaning}")
-    return status

@@ -2,7 +2,7 @@
 (resume), and the stand-alone gsm8k sign-off's folder (gsm8k); in each, the manifest and plan, the
 cells (through an executor: only e2e/run/executors/ import the run loop), the sign-off, the report, and
 last the final status and exit status in the manifest, also after a crash or an interrupt. The CLI
-(e2e/cli/commands.py) parses and calls this; the store (e2e/rundir/store.py) names and guards the folder.
+(e2e/cli/commands/run.py, gsm8k.py) parses and calls this; the store (e2e/rundir/store.py) names and guards the folder.
 
 Exit status (e2e/stats/outcomes.py's run_status): 0 done (and gsm8k passed, when it ran), 1 done with
 failed cells or a failed sign-off, 3 done but the sign-off could not decide (inconclusive or

@@ -3,4 +3,4 @@
 The face: `__all__` names the modules other stages may import; the others are this stage's own
 (tests/guarantees/test_layers.py holds every import from outside the package to it)."""
 
-__all__ = ["attempts", "envs", "launch", "live_servers", "profiler_args", "server", "startup_phases"]
+__all__ = ["attempts", "launch", "live_servers", "profiler_args", "server", "startup_phases", "venvs"]

@@ -13,11 +13,10 @@ model.
 
 One module per stage: targets (what to build) -> tensors (which tensors) -> values (their bytes) ->
 shards (safetensors files) -> build (the folder; tokenizer files from tokenizer, the stamp from stamp).
-command is the CLI; `run_e2e.py assets random` calls the same build_twin.
+Its command line is e2e/cli/commands/twin.py; `run_e2e.py assets random` calls the same build_twin.
 """
 
 from e2e.twin.build import build_twin
-from e2e.twin.command import add_args, main
 from e2e.twin.stamp import read_stamp
 
-__all__ = ["add_args", "build_twin", "main", "read_stamp"]
+__all__ = ["build_twin", "read_stamp"]

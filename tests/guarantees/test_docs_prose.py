@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from tests.support import ROOT
 from tests.guarantees.test_docs_site import code_lines
+from tests.support import ROOT
 
 MAX_WORDS = 250  # about a screen at 1280 px: a longer block is a wall a reader skips
 OPENING_WORDS = 120  # the summary under a page's title: 2-4 lines of prose, the answer first

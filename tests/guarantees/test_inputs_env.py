@@ -16,7 +16,8 @@ import pytest
 
 from e2e import cli
 from e2e.errors import UserError
-from e2e.serve import env_spec, envs
+from e2e.serve import venv_spec as env_spec
+from e2e.serve import venvs as envs
 
 pytestmark = pytest.mark.timeout(30)
 

