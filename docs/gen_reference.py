@@ -116,7 +116,7 @@ def value_words(action: argparse.Action) -> str:
     words = ""
     if kind is not None:
         free = dict(zip(kind.__code__.co_freevars, kind.__closure__ or ())) if hasattr(kind, "__code__") else {}
-        if "what" in free:  # e2e.cli.commands.number(): the bound it checks, in words
+        if "what" in free:  # e2e.cli.flags.number(): the bound it checks, in words
             words = str(free["what"].cell_contents)
         else:
             words = TYPE_WORDS.get(getattr(kind, "__name__", ""), getattr(kind, "__name__", str(kind)))
