@@ -14,7 +14,7 @@ import pytest
 from e2e.analysis.run_analysis import RunAnalysis
 from e2e.cli.commands.compare import Compare
 from e2e.profile import steps
-from e2e.report import history, report_md
+from e2e.report import history, history_runs, report_md
 from e2e.report import summary as sm
 from e2e.report.pr_block import pr_markdown
 from e2e.rundir.formats import profile_row
@@ -126,6 +126,6 @@ def test_compare_and_history_name_the_kernels_that_moved(tmp_path, capsys):
     assert rows[0]["kernels"]["top"][0] == {"name": "flash_fwd_kernel", "group": "attention", "ms": pytest.approx(0.5)}
     said = " ".join(capsys.readouterr().out.split())
     assert "kernels B - A +0.500 ms/step (flash_fwd_kernel +0.500" in said
-    loaded, _ = history.load_runs(runs, "version")
+    loaded, _ = history_runs.read_runs(runs, "version")
     h = history.history(loaded)
     assert h.steps and all(st["kernels"]["top"][0]["name"] == "flash_fwd_kernel" for st in h.steps)

@@ -13,7 +13,7 @@ from e2e.cli import main
 from e2e.cli.commands.compare import Compare
 from e2e.cli.commands.history import History as HistoryCommand
 from e2e.design.point import Point
-from e2e.report import compare, history
+from e2e.report import compare, history_runs
 from e2e.stats import verdicts
 from tests.support import ROOT
 from tests.support.synthetic import make_run
@@ -96,7 +96,7 @@ def test_history_counts_each_run_once(capsys, tmp_path):
     alone = _history(capsys, runs, "--out", str(tmp_path / "h0"))
     (runs / "latest").symlink_to("b")
     shutil.copytree(runs / "b", runs / "b-copy")
-    loaded, skipped = history.load_runs(runs, "version")
+    loaded, skipped = history_runs.read_runs(runs, "version")
     assert [r.root.name for r in loaded] == ["a", "b"]
     assert skipped == [
         "skipped b-copy: the same run as b (its manifest's run id and start)",

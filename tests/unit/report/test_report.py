@@ -11,7 +11,7 @@ import pytest
 from e2e.cli.commands.compare import Compare
 from e2e.cli.commands.history import History as HistoryCommand
 from e2e.errors import UserError
-from e2e.report import compare, history
+from e2e.report import compare, history, history_runs
 from e2e.report import write as report
 from e2e.rundir.store import CELLS, RunStore
 from e2e.stats import verdicts
@@ -324,7 +324,7 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
     make_run(runs / "a-old", {"stock": 2.0}, vllm="0.9.2", started="2026-12-01T00:00:00", seed=2, between=0.003)
     make_run(runs / "m-mid", {"stock": 2.0}, vllm="0.26.0", started="2026-10-01T00:00:00", seed=3, between=0.003)
     make_run(runs / "b-newer", {"stock": 2.5}, vllm="0.28.0", started="2026-10-15T00:00:00", seed=4, between=0.003)
-    loaded, skipped = history.load_runs(runs, "version")
+    loaded, skipped = history_runs.read_runs(runs, "version")
     h = history.history(loaded)
     rows, steps = h.rows, h.steps
     order = [r["run"] for r in rows if r["depth"] == 1024]
@@ -334,7 +334,7 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
         (1024, "m-mid", "z-new", verdicts.SLOWER),
         (8192, "m-mid", "z-new", verdicts.SLOWER),
     ]
-    by_date = [r.root.name for r in history.load_runs(runs, "date")[0]]
+    by_date = [r.root.name for r in history_runs.read_runs(runs, "date")[0]]
     assert by_date == ["m-mid", "b-newer", "z-new", "a-old"]
     (runs / "broken").mkdir()
     (runs / "broken" / "manifest.json").write_text("{not json")
@@ -351,13 +351,13 @@ def test_history_orders_by_version_and_finds_the_step(tmp_path, capsys):
         assert len(list(csv.DictReader(f))) == 8
     assert len(json.loads((tmp_path / "h" / "history.json").read_text())["change_points"]) == 2
     with pytest.raises(UserError, match="no run folders"):
-        history.find_runs(tmp_path / "h")
-    assert [p.name for p in history.find_runs(runs, "*-mid")] == ["m-mid"]  # --match GLOB
+        history_runs.find_runs(tmp_path / "h")
+    assert [p.name for p in history_runs.find_runs(runs, "*-mid")] == ["m-mid"]  # --match GLOB
 
 
 def test_version_order_is_numeric_and_release_after_rc():
     vs = ["0.27.1", "0.9.2", "0.26.0", "0.26.0rc1", None, "0.10.1+cpu"]
-    assert sorted(vs, key=history._version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]
+    assert sorted(vs, key=history_runs.version_key) == ["0.9.2", "0.10.1+cpu", "0.26.0rc1", "0.26.0", "0.27.1", None]
 
 
 def test_routing_summary_per_arm_and_layer_class(tmp_path):
