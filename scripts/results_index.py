@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.design.point import Point  # how a table names a design point (the depth, and c above batch 1)
+from e2e.report.doc_figures import without_corrections  # a dated correction's old figure is no quote
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "results" / "README.md"
@@ -146,21 +147,6 @@ def _prose(text: str) -> str:
 
 def _matches(quoted: str, values: list[float | None], fmt: str) -> bool:
     return any(v is not None and fmt.format(v) == quoted for v in values)
-
-
-def without_corrections(text: str) -> str:
-    """The text less its dated corrections, "(corrected 2026-12-06: was 1.2 (1.1 to 1.3))": a
-    correction quotes the figure it replaced on purpose (e2e/report/doc_figures.py writes them)."""
-    out, i = [], 0
-    while (j := text.find("(corrected ", i)) >= 0:
-        out.append(text[i:j])
-        depth, k = 0, j
-        for k in range(j, len(text)):  # to the parenthesis that closes it
-            depth += {"(": 1, ")": -1}.get(text[k], 0)
-            if depth == 0:
-                break
-        i = k + 1
-    return "".join(out) + text[i:]
 
 
 def stale_quotes(text: str, root: Path = ROOT) -> list[str]:

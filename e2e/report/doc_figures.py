@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("README.md", "results/README.md")
 MARK = re.compile(r"<!-- fig:(?P<id>[A-Za-z0-9_./\-]+) -->(?P<text>.*?)<!-- /fig -->", re.S)
 NEW = "?"
+CORRECTED = "(corrected "  # a dated correction after a rewritten figure: (corrected DAY: was OLD)
 
 
 def pages(root: Path = ROOT) -> list[Path]:
@@ -101,6 +102,26 @@ def check(root: Path = ROOT, results: Path | None = None, figures: Iterable[str]
     return problems
 
 
+def correction(day: str, was: str) -> str:
+    """The dated note `update` writes after a figure it rewrote."""
+    return f"{CORRECTED}{day}: was {was})"
+
+
+def without_corrections(text: str) -> str:
+    """The text less its dated corrections, "(corrected 2026-12-06: was 1.2 (1.1 to 1.3))": a
+    correction quotes the figure it replaced on purpose (scripts/results_index.py reads prose so)."""
+    out, i = [], 0
+    while (j := text.find(CORRECTED, i)) >= 0:
+        out.append(text[i:j])
+        depth, k = 0, j
+        for k in range(j, len(text)):  # to the parenthesis that closes it
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+        i = k + 1
+    return "".join(out) + text[i:]
+
+
 def _fixed(text: str, now: dict[str, str | Exception], day: str, changed: list[str], page: str) -> str:
     keep = {m.start() for m in _marks(text)}
 
@@ -109,7 +130,7 @@ def _fixed(text: str, now: dict[str, str | Exception], day: str, changed: list[s
         if m.start() not in keep or not isinstance(got, str) or got == m["text"]:
             return m[0]
         changed.append(f"{page}: fig:{m['id']} {m['text']!r} -> {got!r}")
-        note = "" if m["text"] == NEW else f" (corrected {day}: was {m['text']})"
+        note = "" if m["text"] == NEW else " " + correction(day, m["text"])
         return f"<!-- fig:{m['id']} -->{got}<!-- /fig -->{note}"
 
     return MARK.sub(fix, text)
