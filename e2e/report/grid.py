@@ -94,7 +94,9 @@ def joint_family(rows: list[dict[str, Any]], alpha: float) -> str:
         shown = r["drawn"] or (r["arm"], Point.of(r)) not in drawn
         r["grid_decision"], r["grid_mde_pct"] = (r.get("decision"), r.get("mde_pct")) if shown else (None, None)
     for r in tested:
-        r["grid_decision"] = verdicts.decide(r["ratio"], p_adj[id(r)], e_adj.get(id(r)), alpha, r["min_effect_pct"])
+        measured = verdicts.decide(r["ratio"], p_adj[id(r)], e_adj.get(id(r)), alpha, r["min_effect_pct"])
+        # an arm inert in its run (its patch changed nothing there) stays inert, whatever the numbers say
+        r["grid_decision"] = verdicts.INERT if r["decision"] == verdicts.INERT else measured
         se, df = r.get("se_log"), r.get("df")
         r["grid_mde_pct"] = planning.mde_pct(se, df, step, r["min_effect_pct"]) if se and df is not None else None
     return (

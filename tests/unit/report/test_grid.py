@@ -147,3 +147,29 @@ def test_a_line_joining_runs_of_different_server_flags_is_marked(written):
         "comparisons": [{k: v for k, v in r.items() if k != "server_flags"} for r in fs["comparisons"]],
     }
     assert len(figures.settings(one["comparisons"])) == 1 and "dotted" not in figures.grid_caption(one)
+
+
+def test_an_arm_inert_in_its_run_stays_inert_in_the_joint_family():
+    """Re-deciding the drawn rows on the joint Holm p's never turns a run's inert row (its patch
+    changed nothing there) into equivalent; it still counts in the family, as in the run."""
+    from e2e.stats import verdicts
+
+    def row(arm: str, decision: str) -> dict:
+        return {
+            "arm": arm,
+            "depth": 1024,
+            "drawn": True,
+            "decision": decision,
+            "ratio": 1.0,
+            "p_value": 1.0,
+            "p_equiv": 1e-9,
+            "min_effect_pct": 2.0,
+            "mde_pct": 2.1,
+            "se_log": 0.002,
+            "df": 10.0,
+        }
+
+    rows = [row("widened", verdicts.INERT), row("other", verdicts.EQUIVALENT)]
+    line = grid.joint_family(rows, 0.05)
+    assert "2 drawn points" in line
+    assert [r["grid_decision"] for r in rows] == [verdicts.INERT, verdicts.EQUIVALENT]
