@@ -23,6 +23,7 @@ from e2e.report.doc_figure_values import (
     client_over_server,
     comparison_keys,
     floors,
+    grid_mdes,
     half_widths,
     mde,
     mixed_ratio,
@@ -42,6 +43,10 @@ K1, K8, K32 = 1024, 8192, 32768
 RC = "{:.3f} ({:.3f} to {:.3f})"
 FA3 = ("stock", "widened")  # both arms run FlashAttention 3 on NVIDIA (the widened gate is False)
 FIGURES: dict[str, Figure] = {
+    # results/h200-load-grid: a run's own MDE -> the joint Holm family's (grid.json)
+    "grid.mde.8k.c4": Figure("h200-load-grid", grid_mdes("rocm-attn", K8, 4), "{:.1f} -> {:.1f} %"),
+    "grid.mde.32k.c4": Figure("h200-load-grid", grid_mdes("rocm-attn", K32, 4), "{:.1f} -> {:.1f} %"),
+    "grid.mde.1k.c1": Figure("h200-load-grid", grid_mdes("rocm-attn", K1, 1), "{:.1f} -> {:.1f} %"),
     # results/h200-load-tp1: ROCM_ATTN / FA3 at 1K and 8K, 64 vs 8 tokens
     "load.rocm.1k.c1": Figure(L1, ratio("rocm-attn", K1, 1), RC),
     "load.rocm.1k.c4": Figure(L1, ratio("rocm-attn", K1, 4), RC),

@@ -95,6 +95,17 @@ def mde(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[floa
     return lambda r: [r.comparison(arm, depth, c)["mde_pct"]]
 
 
+def grid_mdes(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
+    """A grid folder's drawn row at the point (grid.json): its run's own MDE, then the joint family's."""
+
+    def value(r: RunFolder) -> Sequence[float]:
+        rows = json.loads((r.path / "grid.json").read_text())["rows"]
+        [row] = [x for x in rows if x["drawn"] and _at(x, arm, depth, c)]
+        return [row["mde_pct"], row["grid_mde_pct"]]
+
+    return value
+
+
 def step(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Sequence[float]]:
     """The decode step at the point: the variance model's mean over the servers (ms)."""
     return lambda r: [r.load(arm, depth, c)["step_ms"]]
