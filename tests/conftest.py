@@ -4,14 +4,23 @@ tests/support/; the fixtures of real-server tests (the served model) in tests/se
 A test's folder is its tier (tests/README.md): everything under tests/server/ is marked `server`,
 everything under tests/ray/ `ray` and `server`, here and nowhere else, so that
 `-m "not server and not slow"` is the unit loop and starts no server. A test outside tests/server/
-that launches a real vLLM server is refused as it launches (the audit hook below)."""
+that launches a real vLLM server is refused as it launches (the audit hook below).
+
+scripts/test.sh passes `-n auto` (pytest-xdist): a selection that leaves the server tier out runs on
+one worker per core; any other runs here, one test at a time (the hooks under "several workers").
+A test marked `alone` runs while no other test does."""
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import os
 import shutil
 import signal
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,7 +64,8 @@ _running: list[Path] = []  # the test whose setup, call or teardown is running n
 def pytest_runtest_protocol(item, nextitem):
     _running[:] = [item.path]
     try:
-        yield
+        with _turn(item):
+            yield
     finally:
         _running.clear()
 
@@ -91,3 +101,69 @@ sys.addaudithook(_refuse_real_vllm_outside_server)
 def in_root(monkeypatch):
     monkeypatch.chdir(ROOT)
     return ROOT
+
+
+# -- several workers (pytest-xdist) ------------------------------------------------------------------
+MARKERS = ("server", "ray", "soak", "slow", "gpu")  # pyproject's, but `alone` (it selects nothing)
+
+
+def leaves_out_servers(markexpr: str) -> bool:
+    """Whether `-m markexpr` deselects every test of the server tier, whatever else it carries."""
+    from _pytest.mark.expression import Expression  # pytest's own `-m` grammar
+
+    if not markexpr:
+        return False
+    expr = Expression.compile(markexpr)
+    others = [m for m in MARKERS if m != "server"]
+    subsets = (set(c) for n in range(len(others) + 1) for c in itertools.combinations(others, n))
+    return not any(expr.evaluate(lambda name, marks=marks, **_: name in marks) for marks in ({"server"} | s for s in subsets))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core (at most 8) for a selection without the server tier; none (this
+    process, one test at a time) for one that may start a real server: each server takes the
+    machine's cores, and two at once would time each other. PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    if not leaves_out_servers(config.option.markexpr):
+        return 0
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+_lock_files: dict[str, int] = {}
+
+
+def _lock_file(name: str, run: str) -> int:
+    """A lock file every worker of this session opens (xdist's testrunuid names the session)."""
+    if name not in _lock_files:
+        path = os.path.join(tempfile.gettempdir(), f"e2e-tests-{run}.{name}.lock")
+        _lock_files[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    return _lock_files[name]
+
+
+@contextmanager
+def _turn(item) -> Iterator[None]:
+    """On an xdist worker, an `alone` test holds the session's lock exclusively (it waits for the
+    tests running elsewhere, and no other starts until it ends); every other test holds it shared.
+    A gate taken first keeps the waiting `alone` test from being passed over forever. Why `alone`:
+    the orphan sweep that starts every run stops any orphan of this user on the host, so a test
+    that leaves one on purpose and looks for it next, or plants one, must not share the host."""
+    run = getattr(item.config, "workerinput", {}).get("testrunuid")
+    if run is None:  # not on a worker: tests run one at a time already
+        yield
+        return
+    gate, lock = _lock_file("gate", run), _lock_file("tests", run)
+    alone = item.get_closest_marker("alone") is not None
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)

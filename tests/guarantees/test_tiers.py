@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FOLDER_MARKS, real_vllm_server, tier
+from tests.conftest import FOLDER_MARKS, leaves_out_servers, real_vllm_server, tier
 from tests.support import ROOT
 
 TESTS = ROOT / "tests"
@@ -141,3 +141,19 @@ def test_a_real_vllm_server_started_outside_tests_server_is_refused():
     """The audit hook of tests/conftest.py stops the launch itself, before any process exists."""
     with pytest.raises(RuntimeError, match=r"test_tiers\.py starts a real vLLM server: tests that do live in"):
         subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
+
+
+@pytest.mark.parametrize(
+    "markexpr, parallel",
+    [
+        ("not server and not slow", True),  # the unit loop
+        ("not server", True),
+        ("not soak and not slow and not gpu", False),  # CI's selection: real servers, one at a time
+        ("not ray", False),  # a server test need not start Ray
+        ("slow", False),
+        ("server or not server", False),
+        ("", False),
+    ],
+)
+def test_only_a_selection_without_the_server_tier_runs_on_several_workers(markexpr, parallel):
+    assert leaves_out_servers(markexpr) is parallel

@@ -126,7 +126,9 @@ def test_markup_in_manifests_and_paths_is_printed_not_read(capsys, tmp_path):
     rc, said = _compare(capsys, a, b, "--allow-inconclusive")
     assert rc in (0, 3) and "(vLLM 0.27.1[/x])" in said and "CODE NOT IDENTIFIED in a[b]: commit `[/x][bold]`" in said
     rc, said = _history(capsys, tmp_path / "runs[/x]", "--out", str(tmp_path / "out[/x]"))
-    assert rc in (0, 3) and f"history of {tmp_path / 'runs[/x]'} (by version): 2 runs" in said and "b[bold]" in said
+    # the title wraps at the table's width, wherever the temporary folder is: compared without spaces
+    title = f"history of {tmp_path / 'runs[/x]'} (by version): 2 runs".replace(" ", "")
+    assert rc in (0, 3) and title in said.replace(" ", "") and "b[bold]" in said
     assert main(["report", str(b)]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "widened / stock" in said and f"in {b}" in said

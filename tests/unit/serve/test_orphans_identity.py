@@ -23,6 +23,10 @@ from e2e.serve.server_proof import group_refusal
 from tests.support import ROOT
 
 
+# orphans left or planted on purpose: another test's run would sweep them (tests/conftest.py)
+pytestmark = pytest.mark.alone
+
+
 @pytest.fixture
 def signals(monkeypatch):
     """Every way a sweep signals, recorded and never sent."""
