@@ -116,7 +116,9 @@ def leaves_out_servers(markexpr: str) -> bool:
     expr = Expression.compile(markexpr)
     others = [m for m in MARKERS if m != "server"]
     subsets = (set(c) for n in range(len(others) + 1) for c in itertools.combinations(others, n))
-    return not any(expr.evaluate(lambda name, marks=marks, **_: name in marks) for marks in ({"server"} | s for s in subsets))
+    return not any(
+        expr.evaluate(lambda name, marks=marks, **_: name in marks) for marks in ({"server"} | s for s in subsets)
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -259,10 +259,10 @@ class RunAnalysis:
                     self.server_marks(head["reference"], Point.of(head)),
                 )
                 marks = {k: ma[k] + mr[k] for k in ma}
-                found = inert_at.get((head["arm"], Point.of(head)))
-                if found:  # only rows that recorded counts: older runs' rows stay as they were
-                    marks.update(decision=verdicts.INERT, decision_measured=cmp.decision, inert=found)
-            out.append({**head, **cmp.to_dict(), **marks})
+            row = {**head, **cmp.to_dict(), **marks}
+            if head["scope"] == "pooled" and (found := inert_at.get((head["arm"], Point.of(head)))):
+                verdicts.read_inert(row, inert=found)  # only rows that recorded counts: older runs' stay as they were
+            out.append(row)
             if head["scope"] == "pooled":
                 self.warnings.extend(
                     f"{head['arm']} vs {head['reference']} at {Point.of(head)}: {w}" for w in cmp.warnings

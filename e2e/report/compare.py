@@ -161,7 +161,7 @@ def _mark_inert(a: RunAnalysis, b: RunAnalysis, rows: list[dict[str, Any]]) -> N
         sides = {s: f for s in ("a", "b") if (f := found.get((s, row["arm"], Point.of(row))))}
         if not sides:
             continue
-        row.update(decision_measured=row["decision"], decision=verdicts.INERT, inert=sides)
+        verdicts.read_inert(row, inert=sides)
         for s, f in sides.items():
             name = (a if s == "a" else b).root.name
             seen = "; ".join(patch_evidence.describe(x) for x in f)

@@ -208,7 +208,7 @@ def _judge(
     # reference's code there: the series reads inert, as the run's own verdict does
     inert = [runs[i].root.name for i in idx if any(x["arm"] == arm and Point.of(x) == d for x in runs[i].inert)]
     if inert:
-        answer.update(decision_measured=answer["decision"], decision=verdicts.INERT, inert_runs=inert)
+        verdicts.read_inert(answer, inert_runs=inert)
     return steps, answer
 
 

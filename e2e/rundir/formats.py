@@ -30,8 +30,8 @@ VERSIONS = {
     "requests": 1,  # requests.jsonl rows
     "profiles": 1,  # profiles.jsonl rows (kernel profiles, e2e/profile/)
     "summary": 3,  # summary.json / summary.csv / comparisons.csv / report.md (3: the whole record of report.md)
-    "compare": 3,  # compare --json (2: verdicts, exit status; 3: unfinished runs named)
-    "history": 3,  # history.csv / history.json (2: change points; 3: unfinished runs named)
+    "compare": 4,  # compare --json (2: verdicts, exit status; 3: unfinished runs named; 4: inert rows, decision_measured)
+    "history": 4,  # history.csv / history.json (2: change points; 3: unfinished runs named; 4: inert series, decision_measured)
     "gsm8k-unit": 1,  # gsm8k/<arm>/r<k>/unit.json
     "gsm8k-summary": 1,  # gsm8k/summary.json
     "kernels": 1,  # kernels_check rows.jsonl and its summary

@@ -43,6 +43,15 @@ INSUFFICIENT_REPLICATION, NODATA = "insufficient replication", "insufficient dat
 INERT = "inert"
 NOT_MEASURED_KV = "not measured (KV cache)"  # a point the server's KV cache cannot hold: skipped, not refused
 VERDICTS = (SLOWER, FASTER, EQUIVALENT, INCONCLUSIVE, INSUFFICIENT_REPLICATION, NODATA, NOT_MEASURED_KV, INERT)
+
+
+def read_inert(row: dict[str, Any], **evidence: Any) -> None:
+    """A row whose arm is inert at its point reads inert, whatever the numbers say: the verdict they
+    gave is kept as `decision_measured`, beside what showed the arm inert (`evidence`). The one rule
+    for a run's report, compare and history."""
+    row.update(decision_measured=row["decision"], decision=INERT, **evidence)
+
+
 BETWEEN, WITHIN, WITHIN_ONE = "between-server", "within-server", "within-server (one server)"
 METHODS = ("holm", "bonferroni", "none")
 

@@ -37,7 +37,6 @@ from tests.support.orphans import (
     write_standin,
 )
 
-
 # orphans left or planted on purpose: another test's run would sweep them (tests/conftest.py)
 pytestmark = pytest.mark.alone
 

@@ -216,7 +216,7 @@ def test_compare_exit_status(tmp_path):
     out = tmp_path / "cmp.json"
     assert _compare(a, slow, "--json", str(out)) == 1
     j = json.loads(out.read_text())
-    assert j["schema_version"] == 3 and j["regressions"] == 2 and j["exit_status"] == 1 and j["unfinished"] == []
+    assert j["schema_version"] == 4 and j["regressions"] == 2 and j["exit_status"] == 1 and j["unfinished"] == []
     decided = {(r["arm"], r["decision"]) for r in j["rows"]}
     assert decided == {("stock", "slower"), ("widened", verdicts.EQUIVALENT)}
     assert "Holm" in j["correction"]
@@ -296,7 +296,7 @@ def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
     assert HistoryCommand().run(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
     assert "RUN NOT FINISHED: b is not finished" in " ".join(capsys.readouterr().out.split())
     j = json.loads((h / "history.json").read_text())
-    assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
+    assert j["schema_version"] == 4 and {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
     assert {(r["run"], r["finished"]) for r in j["runs"]} == {("a", True), ("b", False)}
     with open(h / "history.csv") as f:
         assert {(r["run"], r["finished"]) for r in csv.DictReader(f)} == {("a", "True"), ("b", "False")}

@@ -22,7 +22,6 @@ from e2e.serve import live_servers, owners
 from e2e.serve.server_proof import group_refusal
 from tests.support import ROOT
 
-
 # orphans left or planted on purpose: another test's run would sweep them (tests/conftest.py)
 pytestmark = pytest.mark.alone
 
