@@ -1,10 +1,9 @@
-"""Facts of a run read from its manifest as a report states them: the vLLM version, the GPU, the graph mode."""
+"""Facts of a run read from its manifest as a report states them: the vLLM version, the GPU (the graph mode
+is the typed recorded config's: e2e/rundir/manifest_model.py, server.graph_mode)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from e2e.rundir.manifest_model import recorded_config
 
 
 def vllm_version(manifest: dict[str, Any]) -> str | None:
@@ -30,9 +29,3 @@ def gpu_name(manifest: dict[str, Any]) -> str | None:
             first: str | None = gpus[0]
             return first
     return None
-
-
-def graph_mode(cfg: dict[str, Any]) -> str:
-    """The graph mode of a recorded config given as the manifest's plain `config` (a run folder read
-    as a RunRecord has it typed: record.config.server.graph_mode)."""
-    return recorded_config({"config": cfg}, "manifest.json").server.graph_mode

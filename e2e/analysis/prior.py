@@ -26,8 +26,10 @@ from scipy import stats as st
 
 from e2e.analysis.manifest_facts import gpu_name
 from e2e.design.point import Point
+from e2e.errors import UserError
 from e2e.gpu.gpu_driver import gpu_driver
 from e2e.rundir.manifest import installation
+from e2e.rundir.manifest_model import recorded_config
 from e2e.stats import planning, verdicts
 from e2e.stats import variance_model as vm
 
@@ -40,8 +42,9 @@ DEFAULT = {"sd_server": 0.02, "sd_cell_excess": 0.0, "rel_sd": 0.03}
 SD_BATCH = 0.018  # the default's server x concurrency excess above batch 1 (default_components)
 
 
-def model_identity(cfg_model: dict[str, Any]) -> str:
-    return cfg_model.get("twin_of") or Path(str(cfg_model.get("path", ""))).name
+def model_identity(twin_of: str | None, path: str | None) -> str:
+    """The model a run is of, as priors match it: the real model a twin stands for, else the folder's name."""
+    return twin_of or Path(path or "").name
 
 
 def this_gpu(cfg: Any = None) -> str | None:
@@ -62,34 +65,26 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[tuple[planning.
     (planning on a machine whose GPU cannot be named): any GPU's run will do, and the line names the
     GPU it was fitted on as such. A run of another GPU is never used where this one is named: (None, a
     line naming the newest such run), so the stated default says what it passed over."""
-    want = (model_identity(cfg.model.model_dump()), cfg.server.tensor_parallel_size, gpu)
+    want = (model_identity(cfg.model.twin_of, cfg.model.path), cfg.server.tensor_parallel_size, gpu)
     best, other = None, None
     for s in folder.glob("*/summary.json") if folder.is_dir() else []:
         try:
-            data = json.loads(s.read_text())
-            man = json.loads((s.parent / "manifest.json").read_text())
-            vm_ = data.get("variance_model")
-            if not vm_:
+            got = _fitted(s)
+            if got is None:
                 continue
-            mcfg = man.get("config") or {}
-            have = (
-                model_identity(mcfg.get("model") or {}),
-                int((mcfg.get("server") or {}).get("tensor_parallel_size", 1)),
-                gpu_name(man),
-            )
+            vm_, have, started = got
             if have[:2] != want[:2]:
                 continue
             if not set(cfg.workload.points) <= {Point.of(g) for g in vm_.get("groups") or []}:
                 continue
-            started = man.get("started") or ""
             if gpu is not None and have[2] != gpu:
                 if other is None or started > other[0]:
                     other = (started, s.parent, have[2])
                 continue
             if best is None or started > best[0]:
                 best = (started, vm_, s.parent, have[2])
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            continue  # an unreadable folder is no prior; the run itself reports such folders
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, UserError):
+            continue  # an unreadable or malformed folder is no prior; the run itself reports such folders
     if best is None:
         skipped = None
         if other is not None:
@@ -103,6 +98,21 @@ def find_prior(cfg: Any, folder: Path, gpu: str | None) -> tuple[tuple[planning.
             "machine's GPU could not be named: it holds only if the plan runs on that GPU)",
         ), None
     return (comp, f"the variance model of {best[2]} ({best[3] or 'no GPU'}, {best[0]})"), None
+
+
+def _fitted(summary: Path) -> tuple[dict[str, Any], tuple[str, int, str | None], str] | None:
+    """An earlier run's variance model, its setup (model, tensor parallel, GPU) and its start; None
+    where it fitted none. Raises where the folder cannot be read, UserError where its recorded config
+    has a field of the wrong type (read typed, as every reader of a run folder reads it)."""
+    data = json.loads(summary.read_text())
+    path = summary.parent / "manifest.json"
+    man = json.loads(path.read_text())
+    vm_ = data.get("variance_model")
+    if not vm_:
+        return None
+    rec = recorded_config(man, str(path))
+    setup = (model_identity(rec.model.twin_of, rec.model.path), rec.server.tensor_parallel_size, gpu_name(man))
+    return vm_, setup, man.get("started") or ""
 
 
 def default_components(arms: list[str], points: list[Point]) -> planning.Components:

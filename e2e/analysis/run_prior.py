@@ -35,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from e2e.analysis.manifest_facts import gpu_name, graph_mode, vllm_version
+from e2e.analysis.manifest_facts import gpu_name, vllm_version
+from e2e.analysis.prior import model_identity
 from e2e.design.point import Point
 from e2e.errors import UserError
+from e2e.rundir.manifest_model import recorded_config
 from e2e.stats.run_to_run import RunSd
 
 ANCHOR, REFERENCE, AA_ARM = "h200-reference-tp1", "stock", "widened"
@@ -114,27 +116,27 @@ def run_sd(
 
 
 # -- the measurement ----------------------------------------------------------------------------------
-def _setup(man: dict[str, Any]) -> tuple[Any, ...]:
-    cfg = man.get("config") or {}
-    model = cfg.get("model") or {}
-    tp = int((cfg.get("server") or {}).get("tensor_parallel_size", 1))
-    return (
-        model.get("twin_of") or Path(str(model.get("path", ""))).name,
-        tp,
-        gpu_name(man),
-        vllm_version(man),
-        graph_mode(cfg),
-    )
+def _read(path: Path) -> tuple[tuple[Any, ...], list[str]]:
+    """A run's setup (model, tensor parallel, GPU, vLLM version, graph mode) and its arms' names, its
+    config read typed (UserError: a field of the wrong type)."""
+    man = json.loads(path.read_text())
+    cfg = recorded_config(man, str(path))
+    model = model_identity(cfg.model.twin_of, cfg.model.path)
+    setup = (model, cfg.server.tensor_parallel_size, gpu_name(man), vllm_version(man), cfg.server.graph_mode)
+    return setup, [a.name for a in cfg.arms]
 
 
 def same_setup(folder: Path, anchor: str = ANCHOR) -> list[Path]:
-    """The run folders under `folder` of the anchor's setup whose reference arm is `stock`."""
-    want = _setup(json.loads((folder / anchor / "manifest.json").read_text()))
+    """The run folders under `folder` of the anchor's setup whose reference arm is `stock`; a folder
+    whose manifest cannot be read, or is malformed, is none of them (the anchor's own must read)."""
+    want, _ = _read(folder / anchor / "manifest.json")
     out = []
     for m in sorted(folder.glob("*/manifest.json")):
-        man = json.loads(m.read_text())
-        arms = [a.get("name") for a in (man.get("config") or {}).get("arms") or []]
-        if arms[:1] == [REFERENCE] and _setup(man) == want and (m.parent / "plan.json").is_file():
+        try:
+            setup, arms = _read(m)
+        except (OSError, ValueError, TypeError, AttributeError, UserError):
+            continue
+        if arms[:1] == [REFERENCE] and setup == want and (m.parent / "plan.json").is_file():
             out.append(m.parent)
     return out
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.design.point import Point
+from e2e.errors import UserError
+from e2e.rundir.manifest_model import RecordedConfig, recorded_config
 from e2e.rundir.store import counted_requests, read_jsonl
 from e2e.stats import estimate, stall
 from e2e.stats.cells import cell_stats
@@ -33,7 +35,16 @@ class RunFolder:
 
     @functools.cached_property
     def manifest(self) -> dict[str, Any]:
+        """manifest.json as written (gpu_bandwidth, the registry's `.bw` figures); its config: `config`."""
         return json.loads((self.path / "manifest.json").read_text())
+
+    @functools.cached_property
+    def config(self) -> RecordedConfig:
+        """The config the run recorded, typed, as every reader of a run folder takes it."""
+        try:
+            return recorded_config(self.manifest, str(self.path / "manifest.json"))
+        except UserError as exc:
+            raise ValueError(str(exc)) from None  # the check names a figure it cannot recompute
 
     @functools.cached_property
     def rounds(self) -> list[dict[str, Any]]:
@@ -202,8 +213,10 @@ def arm_geomean(arm: str, depth: int, c: int = 1) -> Callable[[RunFolder], Seque
 def stalled_rounds(r: RunFolder) -> list[tuple[float, float]]:
     """(unexplained ms, in decode steps) of every counted round at c > 1 the stall check refuses."""
     run = r.summary["run"]
-    w = r.manifest["config"]["workload"]
-    line = stall.line_steps(w["long_tokens"], w["short_tokens"], run["min_effect_pct"])  # the run's own line
+    w = r.config.workload
+    if w.long_tokens is None or w.short_tokens is None:  # as a missing key was: a figure it cannot give
+        raise LookupError(f"{r.path}: its manifest records no workload.long_tokens or short_tokens")
+    line = stall.line_steps(w.long_tokens, w.short_tokens, run["min_effect_pct"])  # the run's own line
     out = []
     for x in r.rounds:
         if Point.of(x).concurrency > 1 and stall.stall_problem(x, x["n_tokens"], line):

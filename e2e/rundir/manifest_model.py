@@ -34,6 +34,7 @@ class _Open(BaseModel):
 # A field a report states as recorded keeps None where the run predates it (summary.json says so).
 class _ModelCfg(_Open):
     path: str | None = None
+    twin_of: str | None = None  # a random-weight twin's real model (e2e/design/schema.py's ModelCfg)
 
 
 class _ServerCfg(_Open):
