@@ -296,7 +296,8 @@ def test_compare_and_history_name_an_unfinished_run(tmp_path, capsys):
     assert HistoryCommand().run(p.parse_args([str(runs), "--match", "a", "--match", "b", "--out", str(h)])) == 0
     assert "RUN NOT FINISHED: b is not finished" in " ".join(capsys.readouterr().out.split())
     j = json.loads((h / "history.json").read_text())
-    assert j["schema_version"] == 4 and {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
+    assert j["schema_version"] == 4
+    assert {r["run"] for r in j["runs"]} == {"a", "b"} and len(j["unfinished"]) == 1  # c and d: not matched
     assert {(r["run"], r["finished"]) for r in j["runs"]} == {("a", True), ("b", False)}
     with open(h / "history.csv") as f:
         assert {(r["run"], r["finished"]) for r in csv.DictReader(f)} == {("a", "True"), ("b", "False")}
