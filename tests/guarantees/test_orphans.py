@@ -37,8 +37,8 @@ from tests.support.orphans import (
     write_standin,
 )
 
-# orphans left or planted on purpose: another test's run would sweep them (tests/conftest.py)
-pytestmark = pytest.mark.alone
+# `alone`: the tests that leave or plant an orphan and look for it next; another test's run would
+# sweep it first when tests run on several workers (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,7 @@ def test_signals_during_teardown_never_abandon_a_server_nor_leave_a_secret(tmp_p
         kill_all(tagged_processes(run))
 
 
+@pytest.mark.alone
 def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops_its_server(tmp_path, standin, capsys):
     run, env = killed_harness(tmp_path, standin, "k")
     sid = env["E2E_SERVER_ID"]
@@ -104,6 +105,7 @@ def test_after_a_sigkill_report_and_resume_say_the_harness_died_and_resume_stops
         kill_all(tagged_processes(run))
 
 
+@pytest.mark.alone
 def test_the_next_start_elsewhere_stops_what_a_dead_harness_left_and_marks_its_run(tmp_path, standin):
     dead, env = killed_harness(tmp_path, standin, "dead")
     try:
@@ -124,6 +126,7 @@ def test_the_next_start_elsewhere_stops_what_a_dead_harness_left_and_marks_its_r
         kill_all(tagged_processes(dead))
 
 
+@pytest.mark.alone
 def test_a_record_whose_server_died_too_has_its_log_scrubbed_of_the_key_found_by_its_digest(tmp_path, standin):
     run, env = killed_harness(tmp_path, standin, "gone")
     kill_all(tagged_processes(run))  # the server dies too (OOM, a reboot): only its record is left
@@ -239,6 +242,7 @@ def test_scrub_log_on_a_full_disk_overwrites_in_place(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["s.log"]  # the half-written copy is gone
 
 
+@pytest.mark.alone
 def test_a_dead_harness_s_ray_processes_are_stopped_and_a_live_one_s_are_not():
     """Stand-ins for what a Ray cluster leaves when its driver dies (seen: a DashboardAgent after
     ray.init failed): a process carrying E2E_RAY_CLUSTER of its dead owner, and one found only by

@@ -8,6 +8,7 @@ that is no tier or package, a server's fixture or helper used outside tests/serv
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,84 @@ def test_a_real_vllm_server_started_outside_tests_server_is_refused():
 )
 def test_only_a_selection_without_the_server_tier_runs_on_several_workers(markexpr, parallel):
     assert leaves_out_servers(markexpr) is parallel
+
+
+ORPHAN_CALLS = {"killed_harness", "stop_orphans", "find_orphans"}  # leave an orphan, or sweep the host
+
+
+def _unmarked_orphan_tests(tree: ast.Module) -> list[str]:
+    """Tests that call one of ORPHAN_CALLS without the `alone` marker (on them or the module's)."""
+    module = {m for n in tree.body if isinstance(n, ast.Assign) for m in _marks(n) if "pytestmark" in ast.unparse(n)}
+    out = []
+    for f in tree.body:
+        if not (isinstance(f, ast.FunctionDef) and f.name.startswith("test_")):
+            continue
+        calls = {
+            c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", "")
+            for c in ast.walk(f)
+            if isinstance(c, ast.Call)
+        }
+        marks = module.union(*(_marks(d) for d in f.decorator_list))
+        if calls & ORPHAN_CALLS and "alone" not in marks:
+            out.append(f.name)
+    return out
+
+
+def test_a_test_that_leaves_or_sweeps_orphans_runs_alone():
+    """On several workers another test's run sweeps every orphan on the host first, or this test's
+    sweep takes another's (tests/conftest.py); the server tiers never run on several workers."""
+    unmarked = {
+        str(p.relative_to(ROOT)): names
+        for p in _test_files()
+        if tier(p) not in FOLDER_MARKS and (names := _unmarked_orphan_tests(ast.parse(p.read_text())))
+    }
+    assert unmarked == {}, f"mark these @pytest.mark.alone: {unmarked}"
+    planted = ast.parse("import pytest\n\ndef test_x(tmp_path):\n    killed_harness(tmp_path, None, 'k')\n")
+    assert _unmarked_orphan_tests(planted) == ["test_x"]
+    marked = ast.parse(
+        "import pytest\npytestmark = pytest.mark.alone\n\ndef test_x():\n    live_servers.find_orphans()\n"
+    )
+    assert _unmarked_orphan_tests(marked) == []
+
+
+PLANTED_SPANS = """
+import os, time, pytest
+
+def _span(name):
+    t0 = time.monotonic()
+    time.sleep(0.3)
+    with open(os.environ["SPANS"], "a") as f:
+        f.write(f"{name} {t0} {time.monotonic()}\\n")
+
+@pytest.mark.parametrize("i", range(8))
+def test_other(i):
+    _span("other")
+
+@pytest.mark.alone
+@pytest.mark.parametrize("i", range(2))
+def test_alone(i):
+    _span("alone")
+"""
+
+
+def test_an_alone_test_overlaps_no_other_on_several_workers(tmp_path):
+    """tests/conftest.py's turn, on two real xdist workers: the other tests overlap each other (it ran
+    in parallel at all), an `alone` test overlaps none."""
+    (tmp_path / "test_spans.py").write_text(PLANTED_SPANS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
+    spans = tmp_path / "spans.txt"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest", "-n", "2", "-q"]
+    env = {**os.environ, "SPANS": str(spans), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*cmd, "-c", str(tmp_path / "pytest.ini"), str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    rows = [(n, float(a), float(b)) for n, a, b in (line.split() for line in spans.read_text().splitlines())]
+    assert len(rows) == 10
+
+    def overlap(x, y):
+        return x[1] < y[2] and y[1] < x[2]
+
+    others = [r for r in rows if r[0] == "other"]
+    assert any(overlap(x, y) for i, x in enumerate(others) for y in others[i + 1 :])
+    assert not [(x, y) for x in rows if x[0] == "alone" for y in rows if y is not x and overlap(x, y)]
