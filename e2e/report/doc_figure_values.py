@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from e2e.design.point import Point
-from e2e.errors import UserError
 from e2e.rundir.manifest_model import RecordedConfig, recorded_config
 from e2e.rundir.store import counted_requests, read_jsonl
 from e2e.stats import estimate, stall
@@ -40,11 +39,9 @@ class RunFolder:
 
     @functools.cached_property
     def config(self) -> RecordedConfig:
-        """The config the run recorded, typed, as every reader of a run folder takes it."""
-        try:
-            return recorded_config(self.manifest, str(self.path / "manifest.json"))
-        except UserError as exc:
-            raise ValueError(str(exc)) from None  # the check names a figure it cannot recompute
+        """The config the run recorded, typed, as every reader of a run folder takes it (UserError:
+        malformed, a figure the check names as not recomputable)."""
+        return recorded_config(self.manifest, str(self.path / "manifest.json"))
 
     @functools.cached_property
     def rounds(self) -> list[dict[str, Any]]:

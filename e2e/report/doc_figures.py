@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.errors import UserError
 from e2e.report.doc_figure_registry import FIGURES, figure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,14 @@ def _rendered(ids: Iterable[str], results: Path) -> dict[str, str | Exception]:
         if (f := figure(i)) is not None:
             try:
                 out[i] = f.render(results)
-            except (LookupError, OSError, ValueError, KeyError, TypeError) as e:
+            except (
+                LookupError,
+                OSError,
+                ValueError,
+                KeyError,
+                TypeError,
+                UserError,
+            ) as e:  # UserError: a malformed folder
                 out[i] = e
     return out
 

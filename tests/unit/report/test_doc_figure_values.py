@@ -1,6 +1,6 @@
 """A docs figure reads its run's recorded config typed (e2e/report/doc_figure_values.py, RunFolder.config):
 a manifest that records no token counts, or a config field of the wrong type, is a figure the check
-names as not recomputable (a LookupError or ValueError, e2e/report/doc_figures.py), never a crash."""
+names as not recomputable (a LookupError or UserError, e2e/report/doc_figures.py), never a crash."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from e2e.errors import UserError
 from e2e.report import doc_figures
 from e2e.report.doc_figure_values import RunFolder, stalled_ms
 from tests.support import ROOT
@@ -40,7 +41,7 @@ def test_no_recorded_token_counts_is_a_figure_not_recomputed(tmp_path):
 
 def test_a_malformed_config_is_a_figure_not_recomputed(tmp_path):
     r = _copy(tmp_path, lambda m: m["config"]["workload"].update(short_tokens="64"))
-    with pytest.raises(ValueError, match=r"config\.workload\.short_tokens"):
+    with pytest.raises(UserError, match=r"config\.workload\.short_tokens"):
         stalled_ms(r)
     (tmp_path / "results" / "h200-load-tp1").mkdir(parents=True)
     for f in tmp_path.glob("*.json*"):
