@@ -104,17 +104,19 @@ def in_root(monkeypatch):
 
 
 # -- several workers (pytest-xdist) ------------------------------------------------------------------
-MARKERS = ("server", "ray", "soak", "slow", "gpu")  # pyproject's, but `alone` (it selects nothing)
+def marker_names(config) -> list[str]:
+    """The markers pyproject.toml registers (`name: what it means`)."""
+    return [line.split(":")[0].strip() for line in config.getini("markers")]
 
 
-def leaves_out_servers(markexpr: str) -> bool:
-    """Whether `-m markexpr` deselects every test of the server tier, whatever else it carries."""
+def leaves_out_servers(markexpr: str, markers: list[str]) -> bool:
+    """Whether `-m markexpr` deselects every test of the server tier, whatever other of `markers` it carries."""
     from _pytest.mark.expression import Expression  # pytest's own `-m` grammar
 
     if not markexpr:
         return False
     expr = Expression.compile(markexpr)
-    others = [m for m in MARKERS if m != "server"]
+    others = [m for m in markers if m != "server"]
     subsets = (set(c) for n in range(len(others) + 1) for c in itertools.combinations(others, n))
     return not any(
         expr.evaluate(lambda name, marks=marks, **_: name in marks) for marks in ({"server"} | s for s in subsets)
@@ -128,7 +130,7 @@ def pytest_xdist_auto_num_workers(config):
     machine's cores, and two at once would time each other. PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    if not leaves_out_servers(config.option.markexpr):
+    if not leaves_out_servers(config.option.markexpr, marker_names(config)):
         return 0
     return max(1, min(8, len(os.sched_getaffinity(0))))
 

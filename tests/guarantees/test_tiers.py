@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FOLDER_MARKS, leaves_out_servers, real_vllm_server, tier
+from tests.conftest import FOLDER_MARKS, leaves_out_servers, marker_names, real_vllm_server, tier
 from tests.support import ROOT
 
 TESTS = ROOT / "tests"
@@ -156,8 +156,10 @@ def test_a_real_vllm_server_started_outside_tests_server_is_refused():
         ("", False),
     ],
 )
-def test_only_a_selection_without_the_server_tier_runs_on_several_workers(markexpr, parallel):
-    assert leaves_out_servers(markexpr) is parallel
+def test_only_a_selection_without_the_server_tier_runs_on_several_workers(markexpr, parallel, request):
+    markers = marker_names(request.config)
+    assert {"server", "ray", "slow", "alone"} <= set(markers)
+    assert leaves_out_servers(markexpr, markers) is parallel
 
 
 ORPHAN_CALLS = {"killed_harness", "stop_orphans", "find_orphans"}  # leave an orphan, or sweep the host
