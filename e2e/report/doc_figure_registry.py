@@ -7,7 +7,7 @@ entry here: `figure` reads `ratio/RUN/ARM/DEPTH[/cC]` and `mde/RUN/ARM/DEPTH[/cC
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from e2e.report.doc_figure_values import (
@@ -284,8 +284,25 @@ FIGURES["load8k.fa3.agree"] = Figure(
 FIGURES["load32k.widened.c1.mde"] = Figure(L32, mde("widened", K32, 1), "{:.1f} %")
 FIGURES["load32k.widened.c4.mde"] = Figure(L32, mde("widened", K32, 4), "{:.1f} %")
 FIGURES["load.stalled.max.s"] = Figure(L1, lambda r: [stalled_ms(r)[1] / 1e3], "{:.1f} s")
+
+
+def _span(xs: Iterable[float]) -> Sequence[float]:
+    got = list(xs)
+    return [min(got), max(got)]
+
+
 FIGURES["demo.mde"] = Figure(
     "cpu-demo", lambda r: sorted(r.comparison("widened", d)["mde_pct"] for d in (256, 1024)), "{:.1f} and {:.1f} %"
+)
+FIGURES["demo.wall"] = Figure("cpu-demo", lambda r: [r.summary["run"]["gpu_time"]["wall_minutes"]], "{:.1f}")
+# the server starts (each arm's first, and the median of its later ones: one each here), every cell's decode
+FIGURES["demo.starts"] = Figure(
+    "cpu-demo",
+    lambda r: _span(s[k] for s in r.summary["startups"] for k in ("first_s", "later_median_s")),
+    "{:.0f}-{:.0f} s",
+)
+FIGURES["demo.decode"] = Figure(
+    "cpu-demo", lambda r: _span(c["estimate_ms"] for c in r.summary["cells"]), "{:.0f}-{:.0f} ms"
 )
 FIGURES["load.mde"] = Figure(
     L1,
